@@ -1,0 +1,150 @@
+"""The `rlft` command line. Heavy libraries (torch, transformers, TRL, PEFT, datasets, accelerate)
+are imported only inside the commands that train or inspect the environment, so `--help`,
+`validate-config`, `show-config` and `list` start in a fraction of a second."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from rlft.config import ConfigError, Problem, compose, configs_dir, validate
+from rlft.config.schema import HARDWARE, STAGES
+
+app = typer.Typer(
+    name="rlft",
+    help="RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+STAGE_OPT = typer.Option("grpo", "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
+HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (train only).")
+FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
+OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
+
+
+def _err(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+def _print_problems(problems: list[Problem]) -> None:
+    for p in problems:
+        _err(str(p))
+
+
+def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False):
+    """Compose + validate, turning ConfigError into printed problems and exit code 2."""
+    try:
+        composed = compose(stage, hw, files or [], overrides or [])
+        cfg, warnings = validate(composed, for_train=for_train)
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        n = sum(p.level == "error" for p in exc.problems)
+        _err(f"config invalid: {n} error{'s' if n != 1 else ''}")
+        raise typer.Exit(2)
+    _print_problems(warnings)
+    return cfg, composed
+
+
+@app.command("validate-config")
+def validate_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
+                    overrides: Optional[List[str]] = OVERRIDES_ARG) -> None:
+    """Check a config without importing torch: every problem at once, exit 2 if any."""
+    cfg, composed = _load(stage, hw, config, overrides)
+    rewards = ", ".join(r.name or r.fn for r in cfg.rewards) or "none"
+    adapter = f"LoRA r={cfg.lora.r} alpha={cfg.lora.lora_alpha}" if cfg.lora.enabled else "full fine-tuning"
+    precision = "bf16" if cfg.train.bf16 else "fp16" if cfg.train.fp16 else "fp32"
+    typer.echo(f"config OK: stage {stage}, hw {hw} ({cfg.hw.device}, {precision}, {cfg.hw.num_processes} process"
+               f"{'es' if cfg.hw.num_processes > 1 else ''}), model {cfg.model.name_or_path}, {adapter}, "
+               f"lr {cfg.train.learning_rate:g}, data {cfg.data.train or 'unset'}, rewards: {rewards}; "
+               f"{len(composed.layers)} layers")
+
+
+@app.command("show-config")
+def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
+                overrides: Optional[List[str]] = OVERRIDES_ARG,
+                explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
+    """Print the resolved config as YAML (with --explain: where each value came from)."""
+    from rlft.config.render import render_yaml, schedule_summary
+
+    cfg, composed = _load(stage, hw, config, overrides)
+    typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
+    if explain:
+        typer.echo(schedule_summary(cfg))
+
+
+@app.command("list")
+def list_profiles() -> None:
+    """List stages, hardware profiles and example configs, one line each."""
+    from rlft.config.render import first_comment_line
+    from rlft.stages import EXPERIMENTAL, RUNNERS
+
+    root = configs_dir()
+    typer.echo("Stages (--stage):")
+    for s in STAGES:
+        tags = [t for t, on in (("experimental", s in EXPERIMENTAL), ("not built yet", s not in RUNNERS)) if on]
+        tag = f" [{', '.join(tags)}]" if tags else ""
+        typer.echo(f"  {s:<9}{first_comment_line(root / 'stages' / f'{s}.yaml')}{tag}")
+    typer.echo("Hardware profiles (--hw):")
+    for h in HARDWARE:
+        typer.echo(f"  {h:<9}{first_comment_line(root / 'hw' / f'{h}.yaml')}")
+    typer.echo("Example configs (-c):")
+    for path in sorted((root / "examples").glob("*.yaml")):
+        typer.echo(f"  configs/examples/{path.name}: {first_comment_line(path)}")
+
+
+@app.command("env")
+def env() -> None:
+    """Versions and visible devices: paste this into a bug report."""
+    from rlft.envinfo import collect_env
+
+    for key, value in collect_env().items():
+        typer.echo(f"{key + ':':<16}{value}")
+
+
+@app.command("tiny-model")
+def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to."),
+               init_std: float = typer.Option(None, help="Weight init std (default: rlft's learnable default).")) -> None:
+    """Build rlft's tiny causal LM (offline) into OUT_DIR."""
+    from rlft.tiny import build_tiny_model
+
+    kwargs = {} if init_std is None else {"init_std": init_std}
+    path = build_tiny_model(out_dir, **kwargs)
+    typer.echo(f"tiny model written to {path}")
+
+
+@app.command("train")
+def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
+          overrides: Optional[List[str]] = OVERRIDES_ARG,
+          resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest checkpoint."),
+          overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder."),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
+    """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
+    from rlft.stages import StageNotBuilt, get_runner
+
+    cfg, composed = _load(stage, hw, config, overrides, for_train=True)
+    try:
+        runner = get_runner(stage)
+    except StageNotBuilt as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    from rlft.run import RunError, RunOptions
+
+    try:
+        code = runner(cfg, composed, RunOptions(resume=resume, overwrite=overwrite, verbose=verbose))
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    raise typer.Exit(code or 0)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Compose a config from layers, remembering which layer set each key.
+
+Order, later wins: configs/base.yaml < configs/stages/<stage>.yaml < configs/hw/<hw>.yaml
+< each -c FILE in the order given < KEY=VALUE overrides from the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from rlft.config.errors import ConfigError, Problem
+from rlft.config.schema import HARDWARE, STAGES
+
+CLI_LAYER = "command line"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-6` as a float (YAML 1.1 insists on `1.0e-6`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+               |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+               |\.[0-9_]+(?:[eE][-+][0-9]+)?
+               |[-+]?\.(?:inf|Inf|INF)
+               |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def configs_dir() -> Path:
+    """Where the bundled profiles live (RLFT_CONFIG_DIR overrides, for installed copies)."""
+    env = os.environ.get("RLFT_CONFIG_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "configs"
+
+
+def display_path(path: Path) -> str:
+    """A short, machine-independent name for a file: relative to cwd or to the repo."""
+    path = Path(path).resolve()
+    for root in (Path.cwd(), configs_dir().parent):
+        try:
+            return str(path.relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+@dataclass
+class Layer:
+    name: str                         # "configs/stages/grpo.yaml" or "command line"
+    data: dict
+    lines: dict[str, int] = field(default_factory=dict)  # key path -> line in the file
+    flat: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.flat = flatten(self.data)
+
+    def where(self, path: str) -> str:
+        line = self.lines.get(path)
+        return f"{self.name}:{line}" if line else self.name
+
+
+def _key_lines(node, prefix: str, out: dict[str, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            path = f"{prefix}{k.value}"
+            out[path] = k.start_mark.line + 1
+            _key_lines(v, path + ".", out)
+
+
+def parse_yaml_text(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
+
+def load_layer(path: Path, name: str | None = None) -> Layer:
+    """Read one YAML file into a Layer; syntax errors name the file and line."""
+    path = Path(path)
+    name = name or display_path(path)
+    if not path.is_file():
+        raise ConfigError([Problem(name, name, f"config file not found: {path}")])
+    text = path.read_text()
+    try:
+        data = yaml.load(text, Loader=_Loader)
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark else name
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([Problem("(yaml)", where, f"YAML syntax error: {reason}")]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("(yaml)", name, f"a config file must be a mapping of sections, got {type(data).__name__}")])
+    lines: dict[str, int] = {}
+    _key_lines(node, "", lines)
+    return Layer(name, data, lines)
+
+
+def parse_overrides(overrides: Iterable[str]) -> Layer:
+    """KEY=VALUE pairs (values parsed as YAML, like OmegaConf's dotlist) into one layer."""
+    data: dict = {}
+    problems = []
+    for item in overrides:
+        if "=" not in item:
+            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE (e.g. train.learning_rate=1e-5)"))
+            continue
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = parse_yaml_text(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                problems.append(Problem(key, CLI_LAYER, "conflicts with another override of its parent"))
+                break
+        else:
+            node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems)
+    return Layer(CLI_LAYER, data)
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {dotted path: leaf}; lists are leaves."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out[path] = v  # the section itself, so an unknown section is reported once
+            out.update(flatten(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+@dataclass
+class Composed:
+    """The merged config plus where each key came from."""
+    data: dict
+    layers: list[Layer]
+    stage: str
+    hw: str
+
+    def layer_of(self, path: str) -> str:
+        """The layer (with line) that last set `path` or its closest set ancestor; else 'default'."""
+        probe = path
+        while probe:
+            for layer in reversed(self.layers):
+                if probe in layer.flat:
+                    return layer.where(probe)
+            probe = probe.rpartition(".")[0]
+        return "default"
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _choose(kind: str, value: str, valid: tuple[str, ...]) -> Problem | None:
+    if value in valid:
+        return None
+    import difflib
+    close = difflib.get_close_matches(value, valid, n=1)
+    hint = f"; did you mean `{close[0]}`?" if close else ""
+    return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint} Valid: {', '.join(valid)}")
+
+
+def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> Composed:
+    """Load and merge all layers. Raises ConfigError listing every problem found while loading."""
+    problems = [p for p in (_choose("stage", stage, STAGES), _choose("hw", hw, HARDWARE)) if p]
+    if problems:
+        raise ConfigError(problems)
+    root = configs_dir()
+    paths = [root / "base.yaml", root / "stages" / f"{stage}.yaml", root / "hw" / f"{hw}.yaml", *map(Path, files)]
+    layers: list[Layer] = []
+    for path in paths:
+        try:
+            layers.append(load_layer(path))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    try:
+        layers.append(parse_overrides(overrides))
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    merged: dict = {}
+    for layer in layers:
+        merged = _merge(merged, layer.data)
+    merged = _resolve_interpolations(merged)
+    return Composed(merged, layers, stage, hw)
+
+
+def _resolve_interpolations(data: dict) -> dict:
+    """Resolve OmegaConf `${a.b}` interpolations only when a layer uses them (keeps start-up light)."""
+    if "${" not in repr(data):
+        return data
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError([Problem(str(getattr(exc, "full_key", "") or "(interpolation)"), "config",
+                                   f"interpolation failed: {str(exc).splitlines()[0]}")]) from None

@@ -1,0 +1,81 @@
+"""Human-facing views of a config: resolved YAML (optionally with each key's layer) and the
+learning-rate schedule arithmetic a user should see before training starts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+
+
+def _scalar(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("\n...").removesuffix("...").strip()
+
+
+def render_yaml(cfg: RlftConfig, composed: Composed | None = None) -> str:
+    """YAML of the resolved config; with `composed`, each leaf carries `# <layer>`."""
+    lines: list[str] = []
+
+    def emit(data: dict, prefix: str, indent: int) -> None:
+        for key, value in data.items():
+            path = f"{prefix}{key}"
+            pad = "  " * indent
+            if isinstance(value, dict) and value and path != "trl" and not path.endswith("kwargs"):
+                lines.append(f"{pad}{key}:")
+                emit(value, path + ".", indent + 1)
+                continue
+            text = f"{pad}{key}: {_scalar(value)}"
+            if composed is not None:
+                text = f"{text:<60} # {composed.layer_of(path)}"
+            lines.append(text)
+
+    emit(asdict(cfg), "", 0)
+    return "\n".join(lines) + "\n"
+
+
+def config_dict(cfg: RlftConfig) -> dict:
+    return asdict(cfg)
+
+
+def first_comment_line(path: Path) -> str:
+    """The first sentence of a profile's opening comment: what the profile is for."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return ""
+    comment = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("# ").strip())
+    joined = " ".join(comment)
+    return joined.split(": ", 1)[-1].split(". ")[0].rstrip(".") if joined else ""
+
+
+def lr_schedule(num_samples: int, per_device_batch: int, grad_accum: int, epochs: float,
+                warmup_ratio: float, num_processes: int = 1) -> tuple[int, int]:
+    """The staged guide's arithmetic: total = samples // effective batch * epochs; warmup = ratio."""
+    effective = per_device_batch * grad_accum * num_processes
+    total = int((num_samples // effective) * epochs)
+    return total, int(total * warmup_ratio)
+
+
+def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
+    t = cfg.train
+    effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * cfg.hw.num_processes
+    head = (f"# schedule: effective batch = {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation"
+            f" x {cfg.hw.num_processes} process(es) = {effective}")
+    if t.max_steps > 0:
+        warm = int(t.max_steps * t.warmup_ratio)
+        return f"{head}; max_steps {t.max_steps}, warmup {warm} steps ({t.lr_scheduler_type})"
+    if num_samples is None:
+        num_samples = 1000
+        head += "; e.g. for 1000 samples"
+    total, warm = lr_schedule(num_samples, t.per_device_train_batch_size, t.gradient_accumulation_steps,
+                              t.num_train_epochs, t.warmup_ratio, cfg.hw.num_processes)
+    return (f"{head}: total_steps = ({num_samples} // {effective}) x {t.num_train_epochs:g} epochs = {total}, "
+            f"warmup_steps = {t.warmup_ratio:g} x {total} = {warm} ({t.lr_scheduler_type})")

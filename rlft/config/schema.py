@@ -1,0 +1,348 @@
+"""The typed schema of an rlft config: the single source of truth for keys, types, defaults,
+allowed values and help text. Validation, `show-config --explain` and the docs all read it.
+
+Section and key names follow the source hyperparameter guides verbatim (`lora.lora_alpha`,
+`train.per_device_train_batch_size`, `grpo.kl_penalty_coef`, ...). This module imports only the
+standard library so that `rlft validate-config` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Optional, get_args, get_origin, get_type_hints
+
+STAGES = ("grpo", "ppo", "dpo", "orpo", "rs_sft", "awr")
+HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
+SAMPLING_STAGES = ("grpo", "ppo", "rs_sft", "awr")  # stages that generate and score completions
+
+
+def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,
+      choices=None, factory=None) -> Any:
+    """A schema field: default, one-line help and the allowed values in one place."""
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: null = the base model (adapter disabled with LoRA), or a path.")
+    torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
+    trust_remote_code: bool = F(False, "Allow model code from the model folder.")
+    tiny_init_std: float = F(0.2, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = F(True, "Train a LoRA adapter (true) or the full model (false).")
+    r: int = F(16, "LoRA rank (8-32; 8-16 is the usual range for RL).", ge=1, le=1024)
+    lora_alpha: Optional[int] = F(32, "LoRA alpha scaling, usually 2 x r.", ge=1)
+    target_modules: list[str] = F(help="Modules to adapt: all attention and MLP projections.", factory=lambda: list(LORA_TARGETS))
+    lora_dropout: float = F(0.05, "Dropout on the LoRA path (0.05-0.1).", ge=0, lt=1)
+    bias: str = F("none", "Which biases train.", choices=["none", "all", "lora_only"])
+    task_type: str = F("CAUSAL_LM", "PEFT task type.", choices=["CAUSAL_LM"])
+
+
+SCHEDULERS = ["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+              "constant_with_warmup", "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr",
+              "warmup_stable_decay"]
+OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bit", "adafactor",
+              "sgd", "adamw_bnb_8bit", "paged_adamw_32bit"]
+
+
+@dataclass
+class TrainConfig:
+    learning_rate: float = F(1e-5, "Peak learning rate.", gt=0, le=1)
+    per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
+    gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
+    num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
+    max_steps: int = F(-1, "Total optimizer steps; -1 derives them from num_train_epochs.", ge=-1)
+    lr_scheduler_type: str = F("cosine", "Learning-rate schedule.", choices=SCHEDULERS)
+    warmup_ratio: float = F(0.1, "Fraction of steps spent warming up.", ge=0, le=1)
+    weight_decay: float = F(0.01, "AdamW weight decay.", ge=0, le=1)
+    max_grad_norm: float = F(1.0, "Gradient clipping norm.", gt=0)
+    optim: str = F("adamw_torch", "Optimizer name (transformers `optim`).", choices=OPTIMIZERS)
+    bf16: bool = F(False, "bfloat16 mixed precision.")
+    fp16: bool = F(False, "float16 mixed precision (fallback where bf16 is unsupported).")
+    tf32: Optional[bool] = F(None, "TF32 matmuls on Ampere+ GPUs (null = library default).")
+    gradient_checkpointing: bool = F(False, "Recompute activations to save memory.")
+    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens.", ge=8)
+    dataloader_num_workers: int = F(0, "Data-loading worker processes.", ge=0, le=64)
+    seed: int = F(42, "Random seed for reproducibility.", ge=0)
+    output_dir: Optional[str] = F(None, "Run folder; null = runs/<stage>-<timestamp>.")
+    logging_steps: int = F(1, "Log metrics every N optimizer steps.", ge=1)
+    save_steps: int = F(100, "Write a resumable checkpoint every N steps.", ge=1)
+    save_total_limit: int = F(3, "Rolling checkpoints kept.", ge=1)
+    eval_steps: int = F(50, "Evaluate every N steps when data.eval is set.", ge=1)
+    report_to: list[str] = F(help="Extra trackers: tensorboard, wandb (when installed).", factory=list)
+
+
+@dataclass
+class DataConfig:
+    train: Optional[str] = F(None, "Training data: jsonl, json, csv, parquet or a saved datasets folder; `demo` = built-in GRPO task.")
+    eval: Optional[str] = F(None, "Optional evaluation data (same formats).")
+    prompt_column: str = F("prompt", "Column holding the prompt (text or chat messages).")
+    chosen_column: str = F("chosen", "Preference stages: the preferred answer column.")
+    rejected_column: str = F("rejected", "Preference stages: the dispreferred answer column.")
+    system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
+    strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
+    max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
+
+
+@dataclass
+class RewardConfig:
+    fn: str = F(MISSING, "Built-in name, `package.module:function` or `path/to/file.py:function`.")
+    weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
+    kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
+    name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
+
+
+@dataclass
+class DPOConfig:
+    beta: float = F(0.1, "Preference strength / implicit KL coefficient (0.01-0.5).", gt=0, le=5)
+    label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting).", ge=0, lt=0.5)
+    max_length: int = F(4096, "Longest prompt + answer in tokens.", ge=8)
+    max_prompt_length: int = F(2048, "Longest prompt in tokens.", ge=1)
+    loss_type: str = F("sigmoid", "DPO loss variant (TRL `loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
+
+
+@dataclass
+class ORPOConfig:
+    beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
+    max_length: int = F(4096, "Longest prompt + answer in tokens.", ge=8)
+    max_prompt_length: int = F(2048, "Longest prompt in tokens.", ge=1)
+
+
+@dataclass
+class RSSFTConfig:
+    num_samples_per_prompt: int = F(4, "Completions sampled per prompt; the best are kept.", ge=1, le=256)
+    reward_threshold: float = F(0.6, "Keep samples whose total reward is above this.")
+    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
+    max_samples: int = F(20000, "Cap on the filtered dataset size.", ge=1)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+
+
+@dataclass
+class AWRConfig:
+    advantage_beta: float = F(5.0, "Temperature of exp(advantage / beta) weights (1-10).", gt=0, le=100)
+    normalize_advantage: bool = F(True, "Normalise advantages before weighting.")
+    clip_advantage: float = F(10.0, "Maximum advantage weight.", gt=0)
+    num_samples_per_prompt: int = F(8, "Completions sampled per prompt.", ge=1, le=256)
+    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+
+
+@dataclass
+class PPOConfig:
+    batch_size: int = F(16, "Episodes per PPO update.", ge=1)
+    mini_batch_size: int = F(4, "Episodes per gradient update; must divide batch_size.", ge=1)
+    ppo_epochs: int = F(4, "Passes over each batch (4-8).", ge=1, le=64)
+    clip_range: float = F(0.2, "PPO clip epsilon (0.1-0.3).", gt=0, lt=1)
+    vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
+    ent_coef: float = F(0.01, "Entropy bonus (0.001-0.1).", ge=0, le=1)
+    kl_penalty: str = F("kl", "KL estimator in the reward.", choices=["kl", "abs", "mse", "full"])
+    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1).", ge=0)
+    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
+    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl.")
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller (Ziegler et al. 2019).", ge=1)
+    max_episode_length: int = F(20, "Max tool calls per episode.", ge=1)
+    gamma: float = F(0.99, "Discount factor.", ge=0, le=1)
+    lam: float = F(0.95, "GAE lambda.", ge=0, le=1)
+    num_episodes: int = F(50000, "Total episodes (10K-50K).", ge=1)
+    temperature: float = F(1.0, "Sampling temperature.", gt=0, le=5)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = F(4, "Completions per prompt (default 4, useful range 2-16).", ge=2, le=64)
+    batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
+    num_substeps: int = F(1, "Minibatches per iteration, one optimizer step each; must divide batch_size.", ge=1, le=64)
+    ppo_epochs: int = F(1, "Passes over each generated batch (TRL num_iterations).", ge=1, le=16)
+    baseline_mode: str = F("group_mean", "Advantage baseline: group_mean, group_mean_std, global_mean, leave_one_out, or `pkg.mod:fn`.")
+    remove_constant_reward_groups: bool = F(False, "Drop groups whose rewards are all equal (no gradient signal).")
+    kl_penalty_coef: float = F(0.0, "KL-to-reference coefficient (0 = off; 0.01-0.1 typical).", ge=0, le=10)
+    kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])
+    kl_discount_factor: float = F(0.0, "Discount of the KL penalty summed over later tokens (0 = none).", ge=0, le=1)
+    adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
+    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller.", ge=1)
+    loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=["importance_sampling", "ppo"])
+    clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
+    temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+
+
+@dataclass
+class HardwareConfig:
+    name: str = F("cpu", "Hardware profile name.")
+    device: str = F("cpu", "Where the model runs.", choices=["cpu", "mps", "cuda", "auto"])
+    distributed_strategy: str = F("none", "Multi-process strategy.", choices=["none", "ddp", "fsdp", "deepspeed"])
+    num_processes: int = F(1, "Processes (GPUs) per machine.", ge=1, le=1024)
+    num_machines: int = F(1, "Machines in a multi-node run.", ge=1)
+    machine_rank: int = F(0, "This machine's rank in a multi-node run.", ge=0)
+    main_process_ip: Optional[str] = F(None, "Address of rank 0 for multi-node runs.")
+    main_process_port: int = F(29500, "Port of rank 0.", ge=1, le=65535)
+    ddp_find_unused_parameters: bool = F(False, "DDP: look for unused parameters (slower; enable if LoRA + frozen layers need it).")
+    ddp_bucket_cap_mb: int = F(25, "DDP gradient bucket size in MB.", ge=1)
+    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP sharding.", choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
+    fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
+    fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
+    deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
+    empty_cache_steps: Optional[int] = F(None, "Free the accelerator cache every N steps (helps on MPS).", ge=1)
+
+
+ACTIONS = ["warn", "stop", "rollback"]
+
+
+@dataclass
+class MonitorConfig:
+    grad_norm_warn: float = F(5.0, "Gradient norm above this is a warning.", gt=0)
+    grad_norm_critical: float = F(10.0, "Gradient norm above this (or NaN) is critical.", gt=0)
+    kl_warn: float = F(0.2, "KL to the reference above this is a warning.", gt=0)
+    kl_critical: float = F(0.3, "KL to the reference above this is critical.", gt=0)
+    entropy_critical: float = F(1.0, "Policy entropy below this is critical (PPO/GRPO).", ge=0)
+    kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
+    on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
+    on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
+    on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)
+    max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
+    rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
+    max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
+    log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
+
+
+@dataclass
+class RlftConfig:
+    stage: str = F("grpo", "Training stage.", choices=list(STAGES))
+    model: ModelConfig = F(help="Model and reference.", factory=ModelConfig)
+    lora: LoraConfig = F(help="LoRA adapter.", factory=LoraConfig)
+    train: TrainConfig = F(help="Optimizer, schedule, precision, logging and checkpoints.", factory=TrainConfig)
+    data: DataConfig = F(help="Datasets and columns.", factory=DataConfig)
+    rewards: list[RewardConfig] = F(help="Reward functions: a list of {fn, weight, kwargs, name}.", factory=list)
+    dpo: DPOConfig = F(help="DPO stage.", factory=DPOConfig)
+    orpo: ORPOConfig = F(help="ORPO stage.", factory=ORPOConfig)
+    rs_sft: RSSFTConfig = F(help="Rejection-sampling SFT stage.", factory=RSSFTConfig)
+    awr: AWRConfig = F(help="Advantage-weighted regression stage.", factory=AWRConfig)
+    ppo: PPOConfig = F(help="PPO stage.", factory=PPOConfig)
+    grpo: GRPOConfig = F(help="GRPO stage and rlft's group-advantage / KL hooks.", factory=GRPOConfig)
+    hw: HardwareConfig = F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)
+    monitor: MonitorConfig = F(help="Health rules and their actions.", factory=MonitorConfig)
+    trl: dict = F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)
+
+
+# --- schema introspection -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What validation needs to know about one leaf key."""
+    path: str
+    type: Any            # int, float, bool, str, list, dict, or a list of dataclasses
+    optional: bool
+    default: Any
+    help: str
+    ge: Any = None
+    gt: Any = None
+    le: Any = None
+    lt: Any = None
+    choices: Any = None
+    item_type: Any = None  # element type for lists
+
+    def allowed(self) -> str:
+        """Human description of what this key accepts."""
+        if self.choices:
+            text = "one of " + ", ".join(map(str, self.choices))
+        else:
+            name = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+                    list: "a list", dict: "a mapping"}.get(self.type, "a list of mappings")
+            lo = f">= {self.ge}" if self.ge is not None else (f"> {self.gt}" if self.gt is not None else None)
+            hi = f"<= {self.le}" if self.le is not None else (f"< {self.lt}" if self.lt is not None else None)
+            if lo and hi and self.ge is not None and self.le is not None:
+                text = f"{name} between {self.ge} and {self.le}"
+            else:
+                text = " ".join([name] + [" and ".join(b for b in (lo, hi) if b)]).strip()
+        return text + (" or null" if self.optional else "")
+
+
+def _unwrap(tp):
+    """Return (base type, optional, item type) of an annotation."""
+    optional = False
+    args = get_args(tp)
+    if get_origin(tp) is not None and type(None) in args:
+        optional = True
+        tp = next(a for a in args if a is not type(None))
+    origin = get_origin(tp)
+    if origin is list:
+        return list, optional, (get_args(tp) or (Any,))[0]
+    if origin is dict:
+        return dict, optional, None
+    return tp, optional, None
+
+
+def section_fields(cls) -> dict[str, Any]:
+    hints = get_type_hints(cls)
+    return {f.name: (f, hints[f.name]) for f in fields(cls)}
+
+
+def leaf_specs(cls=RlftConfig, prefix: str = "") -> dict[str, FieldSpec]:
+    """Every leaf key of the schema, by dotted path."""
+    out: dict[str, FieldSpec] = {}
+    for name, (f, hint) in section_fields(cls).items():
+        path = f"{prefix}{name}"
+        base, optional, item = _unwrap(hint)
+        if is_dataclass(base):
+            out.update(leaf_specs(base, path + "."))
+            continue
+        if f.default is not MISSING:
+            default = f.default
+        elif f.default_factory is not MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = MISSING
+        m = f.metadata
+        out[path] = FieldSpec(path, base, optional, default, m.get("help", ""), m.get("ge"), m.get("gt"),
+                              m.get("le"), m.get("lt"), m.get("choices"), item)
+    return out
+
+
+def section_names(cls=RlftConfig) -> list[str]:
+    return [name for name, (_, hint) in section_fields(cls).items() if is_dataclass(_unwrap(hint)[0])]
+
+
+def defaults_dict(cls=RlftConfig) -> dict:
+    """The schema defaults as a nested plain dict."""
+    out: dict = {}
+    for name, (f, hint) in section_fields(cls).items():
+        base, _, _ = _unwrap(hint)
+        if is_dataclass(base):
+            out[name] = defaults_dict(base)
+        elif f.default is not MISSING:
+            out[name] = f.default
+        elif f.default_factory is not MISSING:  # type: ignore[misc]
+            out[name] = f.default_factory()  # type: ignore[misc]
+    return out
+
+
+def from_dict(cls, data: dict):
+    """Build the typed config from a validated nested dict (missing keys take defaults)."""
+    kwargs = {}
+    for name, (f, hint) in section_fields(cls).items():
+        if name not in data:
+            continue
+        value = data[name]
+        base, _, item = _unwrap(hint)
+        if is_dataclass(base) and isinstance(value, dict):
+            value = from_dict(base, value)
+        elif base is list and is_dataclass(item) and isinstance(value, list):
+            value = [from_dict(item, v) for v in value]
+        elif base is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -1,0 +1,285 @@
+"""Validate a composed config against the schema: every problem at once, each naming its key,
+the layer that set it and what is allowed. Imports nothing heavy (no torch/transformers/TRL)."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import platform
+from dataclasses import is_dataclass
+from pathlib import Path
+from typing import Any
+
+from rlft.config.compose import Composed
+from rlft.config.errors import ConfigError, Problem
+from rlft.config.schema import (
+    SAMPLING_STAGES, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
+    section_fields, section_names,
+)
+
+SPECS = leaf_specs()
+REWARD_SPECS = leaf_specs(RewardConfig)
+FREEFORM = {p for p, s in SPECS.items() if s.type is dict}  # `trl`: checked separately
+PREFERENCE_STAGES = ("dpo", "orpo")
+
+
+def closest_key(bad: str) -> str | None:
+    """The valid key a typo most likely meant: same leaf name in another section, else fuzzy."""
+    leaf = bad.rpartition(".")[2]
+    same_leaf = [p for p in SPECS if p.rpartition(".")[2] == leaf]
+    if same_leaf:
+        return same_leaf[0]
+    section = bad.partition(".")[0]
+    in_section = [p for p in SPECS if p.startswith(section + ".")]
+    for pool, probe in ((in_section, bad), (list(SPECS), bad)):
+        close = difflib.get_close_matches(probe, pool, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+    leaves = {p.rpartition(".")[2]: p for p in SPECS}
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.6)
+    return leaves[close[0]] if close else None
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_value(spec: FieldSpec, value: Any) -> str | None:
+    """Why `value` is not allowed for `spec`, or None when it is."""
+    if value is None:
+        return None if spec.optional else f"must not be null; expected {spec.allowed()}"
+    tp = spec.type
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: _is_number(value),
+        bool: isinstance(value, bool),
+        str: isinstance(value, str),
+        list: isinstance(value, list),
+        dict: isinstance(value, dict),
+    }.get(tp, True)
+    if not ok:
+        return f"expected {spec.allowed()}, got {type(value).__name__} `{value}`"
+    if tp is list and spec.item_type is str and not all(isinstance(v, str) for v in value):
+        return "expected a list of strings"
+    if spec.choices and value not in spec.choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in spec.choices], n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        return f"`{value}` is not allowed{hint} Expected {spec.allowed()}"
+    if tp in (int, float):
+        if tp is float and (math.isnan(value) or math.isinf(value)):
+            return f"must be a finite number; expected {spec.allowed()}"
+        bad = ((spec.ge is not None and value < spec.ge) or (spec.gt is not None and value <= spec.gt)
+               or (spec.le is not None and value > spec.le) or (spec.lt is not None and value >= spec.lt))
+        if bad:
+            return f"{value} is out of range; expected {spec.allowed()}"
+    return None
+
+
+def _walk(composed: Composed, data: dict, cls, prefix: str, problems: list[Problem]) -> None:
+    known = section_fields(cls)
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        where = composed.layer_of(path)
+        if key not in known:
+            guess = closest_key(path)
+            kind = "section" if not prefix and isinstance(value, dict) else "key"
+            hint = f"; did you mean `{guess}`?" if guess else ""
+            valid = ", ".join(section_names()) if not prefix else ""
+            tail = f"{';' if not guess else ''} valid sections: {valid}" if kind == "section" else ""
+            problems.append(Problem(path, where, f"unknown {kind}{hint}{tail}"))
+            continue
+        base, _, item = _unwrap(known[key][1])
+        if is_dataclass(base):
+            if not isinstance(value, dict):
+                problems.append(Problem(path, where, f"`{key}` is a section; expected a mapping of keys, got `{value}`"))
+                continue
+            _walk(composed, value, base, path + ".", problems)
+        elif base is list and is_dataclass(item):
+            _check_rewards(composed, path, value, problems)
+        else:
+            msg = check_value(SPECS[path], value)
+            if msg:
+                problems.append(Problem(path, where, msg))
+
+
+def _check_rewards(composed: Composed, path: str, value: Any, problems: list[Problem]) -> None:
+    where = composed.layer_of(path)
+    if value is None:
+        return
+    if not isinstance(value, list):
+        problems.append(Problem(path, where, "expected a list of {fn, weight, kwargs, name} mappings"))
+        return
+    for i, item in enumerate(value):
+        ipath = f"{path}[{i}]"
+        if isinstance(item, str):  # shorthand: just the function
+            item = {"fn": item}
+            value[i] = item
+        if not isinstance(item, dict):
+            problems.append(Problem(ipath, where, "expected a mapping with `fn` (and optional weight, kwargs, name)"))
+            continue
+        for key, v in item.items():
+            spec = REWARD_SPECS.get(key)
+            if spec is None:
+                close = difflib.get_close_matches(key, list(REWARD_SPECS), n=1)
+                hint = f"; did you mean `{close[0]}`?" if close else ""
+                problems.append(Problem(f"{ipath}.{key}", where, f"unknown reward key{hint} Valid: {', '.join(REWARD_SPECS)}"))
+                continue
+            msg = check_value(spec, v)
+            if msg:
+                problems.append(Problem(f"{ipath}.{key}", where, msg))
+        if "fn" not in item:
+            problems.append(Problem(f"{ipath}.fn", where, "missing: name a built-in reward, `pkg.module:function` or `file.py:function`"))
+
+
+def _get(data: dict, path: str, default: Any = None) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return SPECS[path].default if path in SPECS else default
+        node = node[part]
+    return node
+
+
+def _nvidia_visible() -> bool:
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
+
+
+def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
+    d = c.data
+    g = lambda p: _get(d, p)  # noqa: E731
+    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+
+    if g("grpo.batch_size") and g("grpo.num_substeps") and isinstance(g("grpo.batch_size"), int) \
+            and isinstance(g("grpo.num_substeps"), int) and g("grpo.batch_size") % g("grpo.num_substeps"):
+        err("grpo.num_substeps", f"grpo.batch_size ({g('grpo.batch_size')}) must be divisible by grpo.num_substeps "
+            f"({g('grpo.num_substeps')}): each substep trains on an equal share of whole groups")
+    if g("train.bf16") is True and g("train.fp16") is True:
+        err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
+    if g("hw.device") == "mps" and g("train.bf16") is True:
+        err("train.bf16", "bf16 is not supported on Apple MPS (M1/M2); use train.fp16=true or fp32")
+    if g("hw.device") == "mps" and g("train.tf32") is True:
+        err("train.tf32", "tf32 exists only on NVIDIA Ampere+ GPUs; set train.tf32=null on MPS")
+    if g("lora.enabled") is True and g("lora.lora_alpha") is None:
+        err("lora.lora_alpha", "missing while LoRA is on; set it (usually 2 x lora.r)")
+    pb, pm = g("ppo.batch_size"), g("ppo.mini_batch_size")
+    if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
+        err("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
+    ref = g("model.ref")
+    for key in ("grpo.kl_penalty_coef", "ppo.init_kl_coef"):
+        stage = key.partition(".")[0]
+        coef = g(key)
+        if c.stage == stage and _is_number(coef) and coef > 0 and ref in (None, "none", ""):
+            err(key, f"{key} > 0 needs a reference model: set model.ref to `base` (the model without the adapter) or a checkpoint path")
+    if isinstance(ref, str) and ref not in ("base", "none", "") and (ref.startswith((".", "/")) or os.sep in ref):
+        if not Path(ref).exists():
+            err("model.ref", f"reference checkpoint not found: {ref}")
+    if g("grpo.adaptive_kl") is True and c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") == 0:
+        err("grpo.adaptive_kl", "adaptive_kl adjusts grpo.kl_penalty_coef, which is 0; set an initial coefficient (e.g. 0.05)")
+    if c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") > 0 \
+            and g("grpo.kl_penalty_mode") == "advantage" and g("grpo.temperature") not in (1, 1.0):
+        err("grpo.temperature", "a KL penalty in the advantage assumes temperature 1.0 (sampler log-probs are tempered otherwise)", "warning")
+    gs = g("grpo.group_size")
+    if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
+        err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
+    for stage in PREFERENCE_STAGES:
+        mp, ml = g(f"{stage}.max_prompt_length"), g(f"{stage}.max_length")
+        if c.stage == stage and isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
+            err(f"{stage}.max_prompt_length", f"must be smaller than {stage}.max_length ({ml})")
+    # hardware and processes
+    strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
+    if isinstance(nproc, int) and nproc > 1 and strategy == "none":
+        err("hw.num_processes", "more than one process needs hw.distributed_strategy ddp, fsdp or deepspeed")
+    if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and not g("hw.main_process_ip"):
+        err("hw.main_process_ip", "multi-node runs (hw.num_machines > 1) need the address of rank 0")
+    if isinstance(g("hw.machine_rank"), int) and isinstance(g("hw.num_machines"), int) and g("hw.machine_rank") >= g("hw.num_machines"):
+        err("hw.machine_rank", f"must be below hw.num_machines ({g('hw.num_machines')})")
+    if g("monitor.grad_norm_warn") and g("monitor.grad_norm_critical") and _is_number(g("monitor.grad_norm_warn")) \
+            and _is_number(g("monitor.grad_norm_critical")) and g("monitor.grad_norm_warn") > g("monitor.grad_norm_critical"):
+        err("monitor.grad_norm_warn", "warning threshold is above the critical one")
+    # hardware fit that needs no torch import: a warning, so a laptop can check a GPU config
+    device = g("hw.device")
+    if device == "cuda" and not _nvidia_visible():
+        err("hw.device", f"profile `{c.hw}` wants an NVIDIA GPU and none is visible here (fine when checking a config to run elsewhere; use --hw cpu to run locally)", "warning")
+    if device == "mps" and platform.system() != "Darwin":
+        err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run elsewhere)", "warning")
+    if device == "cpu" and g("train.bf16") is True:
+        err("train.bf16", "bf16 on the cpu profile is slow or unsupported on many CPUs; prefer fp32", "warning")
+    # data and rewards: a warning while checking profiles, an error when training
+    level = "error" if for_train else "warning"
+    if not g("data.train"):
+        err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
+    if c.stage in SAMPLING_STAGES and not g("rewards"):
+        err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function", level)
+
+
+def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
+    rewards = c.data.get("rewards") or []
+    if not isinstance(rewards, list):
+        return
+    from rlft.rewards.registry import check_reward_spec
+
+    for i, item in enumerate(rewards):
+        if isinstance(item, dict) and isinstance(item.get("fn"), str):
+            msg = check_reward_spec(item["fn"])
+            if msg:
+                problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
+
+
+def _check_data(c: Composed, problems: list[Problem]) -> None:
+    from rlft.data.peek import DataError, check_columns
+
+    d = c.data
+    cols = [_get(d, "data.prompt_column")]
+    if c.stage in PREFERENCE_STAGES:
+        cols += [_get(d, "data.chosen_column"), _get(d, "data.rejected_column")]
+    for key in ("data.train", "data.eval"):
+        path = _get(d, key)
+        if not isinstance(path, str) or path == "demo" or path.startswith("builtin:"):
+            continue
+        try:
+            for msg in check_columns(path, [x for x in cols if isinstance(x, str)], key=key):
+                problems.append(Problem(key, c.layer_of(key), msg))
+        except DataError as exc:
+            problems.append(Problem(key, c.layer_of(key), str(exc)))
+
+
+def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
+    extra = c.data.get("trl")
+    if not isinstance(extra, dict) or not extra:
+        return
+    from rlft.config.trl_fields import modeled_by_rlft, trainer_config_fields
+
+    valid = trainer_config_fields(c.stage)
+    if valid is None:
+        return
+    for key in extra:
+        path = f"trl.{key}"
+        where = c.layer_of(path)
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=1)
+            hint = f"; did you mean `trl.{close[0]}`?" if close else ""
+            problems.append(Problem(path, where, f"not an option of TRL's trainer config for stage `{c.stage}`{hint}"))
+        elif key in modeled_by_rlft(c.stage):
+            problems.append(Problem(path, where, f"set `{modeled_by_rlft(c.stage)[key]}` instead: rlft maps it onto TRL itself"))
+
+
+def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) -> tuple[RlftConfig, list[Problem]]:
+    """Return the typed config and warnings; raise ConfigError with every error (and warning)."""
+    problems: list[Problem] = []
+    _walk(c, c.data, RlftConfig, "", problems)
+    if c.data.get("stage", c.stage) != c.stage:
+        problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
+    c.data["stage"] = c.stage
+    _cross_field(c, problems, for_train)  # guarded by type checks, so it is safe after type errors
+    if not any(p.level == "error" for p in problems):
+        if check_files:
+            _check_rewards_resolve(c, problems)
+            _check_data(c, problems)
+        _check_trl_passthrough(c, problems)
+    errors = [p for p in problems if p.level == "error"]
+    if errors:
+        raise ConfigError(problems)
+    return from_dict(RlftConfig, c.data), problems

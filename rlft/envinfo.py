@@ -1,0 +1,43 @@
+"""What a bug report needs: versions of the stack and the devices torch can see."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+
+
+def _version(pkg: str) -> str:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def collect_env() -> dict[str, str]:
+    info = {
+        "rlft": _version("rlft"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    for pkg in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "omegaconf", "typer"):
+        info[pkg] = _version(pkg)
+    for pkg in ("deepspeed", "wandb", "tensorboard", "vllm"):
+        v = _version(pkg)
+        if v != "not installed":
+            info[pkg] = v
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            info["cuda"] = f"{torch.version.cuda}; {len(names)} device(s): {', '.join(names)}"
+            info["bf16"] = str(torch.cuda.is_bf16_supported())
+        else:
+            info["cuda"] = "not available"
+        mps = getattr(torch.backends, "mps", None)
+        info["mps"] = "available" if mps is not None and mps.is_available() else "not available"
+        info["cpu threads"] = str(torch.get_num_threads())
+    except ImportError:
+        info["devices"] = "torch not installed"
+    return info

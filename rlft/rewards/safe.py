@@ -1,0 +1,339 @@
+"""Fault-tolerant reward calls and their combination into one training signal.
+
+User reward code is the most fragile part of an RL run: one bad row or an
+unexpected completion should not kill hours of training, but silently
+scoring failures as 0 would teach the policy the wrong thing. So failures
+become *no score* (``None``), are counted and logged once per kind, and a
+guard stops the run when too many completions go unscored.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlft.rewards.registry import RewardResolveError, resolve_reward_fn, reward_short_name
+
+__all__ = [
+    "SafeReward",
+    "RewardSuite",
+    "RewardScores",
+    "RewardFailureError",
+    "build_reward_suite",
+]
+
+logger = logging.getLogger("rlft.rewards")
+
+# keys a reward entry in the config may carry
+_CFG_KEYS = {"fn", "weight", "kwargs", "name"}
+
+
+class RewardFailureError(RuntimeError):
+    """Too many completions went without a reward to keep training meaningfully."""
+
+
+def _exception_kind(exc: BaseException) -> str:
+    """Identify a failure by exception type and raising line, so one bug logs once."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"raised {type(exc).__name__}{where}"
+
+
+def _as_list(raw: Any) -> list[Any] | None:
+    """Accept lists, tuples and array-likes (``tolist``) without importing numpy/torch."""
+    if isinstance(raw, list):
+        return raw
+    if isinstance(raw, tuple):
+        return list(raw)
+    tolist = getattr(raw, "tolist", None)
+    if callable(tolist):
+        out = tolist()
+        return out if isinstance(out, list) else None
+    return None
+
+
+def _to_float(value: Any) -> tuple[float | None, str | None]:
+    """A finite float, or None with the failure kind."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None, "non-numeric value"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None, "non-numeric value"
+    if not math.isfinite(number):
+        return None, "non-finite value"
+    return number, None
+
+
+class SafeReward:
+    """A reward function that never raises into the trainer.
+
+    ``__call__`` returns one ``float | None`` per completion: ``None`` marks
+    a completion the function could not score (it raised, returned the wrong
+    number of values, or a non-numeric/NaN/inf value). Configured ``kwargs``
+    are merged over the dataset columns, so a YAML option wins over a column
+    of the same name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        weight: float = 1.0,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.fn = fn
+        self.weight = float(weight)
+        self.kwargs = dict(kwargs or {})
+        # TRL labels reward functions by __name__ in its logs
+        self.__name__ = name
+        # cumulative counters
+        self.calls = 0
+        self.completions = 0
+        self.errors = 0
+        # counters since the last pop_counts()
+        self._window = {"calls": 0, "completions": 0, "errors": 0}
+        self.last_error: str | None = None
+        self._logged_kinds: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SafeReward(name={self.name!r}, weight={self.weight}, kwargs={self.kwargs!r})"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        n = len(completions)
+        self._count("calls", 1)
+        self._count("completions", n)
+        try:
+            raw = self.fn(prompts, completions, **{**columns, **self.kwargs})
+        except Exception as exc:
+            return self._fail_batch(n, _exception_kind(exc), f"raised {type(exc).__name__}: {exc}", exc)
+        values = _as_list(raw)
+        if values is None:
+            return self._fail_batch(n, "returned a non-list", f"returned {type(raw).__name__}, expected a list of {n} floats")
+        if len(values) != n:
+            return self._fail_batch(n, "returned wrong count", f"returned {len(values)} scores for {n} completions")
+        scores: list[float | None] = []
+        for i, value in enumerate(values):
+            number, kind = _to_float(value)
+            if kind is not None:
+                self._fail(1, kind, f"returned {kind} {value!r} for completion {i} of {n}")
+            scores.append(number)
+        return scores
+
+    def pop_counts(self) -> dict[str, int]:
+        """Counters since the previous call (calls, completions, errors), then reset them."""
+        counts, self._window = self._window, {"calls": 0, "completions": 0, "errors": 0}
+        return counts
+
+    def _count(self, key: str, amount: int) -> None:
+        """Bump a counter both cumulatively and in the current window."""
+        setattr(self, key, getattr(self, key) + amount)
+        self._window[key] += amount
+
+    def _fail_batch(self, n: int, kind: str, message: str, exc: BaseException | None = None) -> list[float | None]:
+        """Mark the whole batch unscored."""
+        self._fail(n, kind, f"{message} (batch of {n})", exc)
+        return [None] * n
+
+    def _fail(self, count: int, kind: str, message: str, exc: BaseException | None = None) -> None:
+        """Record ``count`` unscored completions; log the first of each kind."""
+        self._count("errors", count)
+        self.last_error = message
+        if kind in self._logged_kinds:
+            return
+        self._logged_kinds.add(kind)
+        logger.warning(
+            "reward %r %s; those completions get no score. Further failures of this kind are counted, not logged.",
+            self.name,
+            message,
+            exc_info=exc,
+        )
+
+
+@dataclass
+class RewardScores:
+    """Scores for one batch.
+
+    ``total`` is the weighted sum over functions, or None when any function
+    with a non-zero weight has no score for that completion: a partial sum
+    would be on a different scale from its neighbours and bias the
+    advantage, so such completions are left out instead. Zero-weight
+    functions are monitoring only and never invalidate a total.
+    """
+
+    per_fn: dict[str, list[float | None]]
+    total: list[float | None]
+    valid: list[bool] = field(default_factory=list)
+
+
+class RewardSuite:
+    """Several :class:`SafeReward` combined, with metrics and a failure guard.
+
+    The guard trips when, after at least ``min_completions`` completions,
+    the cumulative fraction without a total exceeds ``max_failure_fraction``:
+    past that point the run is learning from noise and stopping with a clear
+    message is kinder than finishing it.
+    """
+
+    def __init__(
+        self,
+        rewards: list[SafeReward],
+        max_failure_fraction: float = 0.5,
+        min_completions: int = 32,
+    ) -> None:
+        if not rewards:
+            raise ValueError("a reward suite needs at least one reward function")
+        names = [r.name for r in rewards]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"reward names must be unique; repeated: {', '.join(duplicates)}")
+        if not 0.0 <= max_failure_fraction <= 1.0:
+            raise ValueError(f"max_failure_fraction must be within [0, 1], got {max_failure_fraction}")
+        self.rewards = list(rewards)
+        self.max_failure_fraction = float(max_failure_fraction)
+        self.min_completions = int(min_completions)
+        # cumulative completions seen and those left without a total
+        self.seen = 0
+        self.unscored = 0
+        self._window_scores: dict[str, list[float]] = {r.name: [] for r in self.rewards}
+        self._window_totals: list[float] = []
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.rewards]
+
+    @property
+    def failure_fraction(self) -> float:
+        """Cumulative fraction of completions without a total."""
+        return self.unscored / self.seen if self.seen else 0.0
+
+    def score(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        columns: Mapping[str, list[Any]] | None = None,
+    ) -> RewardScores:
+        """Score a batch; raises :class:`RewardFailureError` when the guard trips."""
+        n = len(completions)
+        columns = dict(columns or {})
+        for key, values in columns.items():
+            if len(values) != n:
+                raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
+        per_fn = {r.name: r(prompts, completions, **columns) for r in self.rewards}
+        weighted = [r for r in self.rewards if r.weight != 0.0]
+        total: list[float | None] = []
+        for i in range(n):
+            parts = [per_fn[r.name][i] for r in weighted]
+            if any(p is None for p in parts):
+                total.append(None)
+            else:
+                total.append(sum(r.weight * p for r, p in zip(weighted, parts)))
+        for name, scores in per_fn.items():
+            self._window_scores[name].extend(s for s in scores if s is not None)
+        self._window_totals.extend(t for t in total if t is not None)
+        self.seen += n
+        self.unscored += sum(1 for t in total if t is None)
+        self._check_guard()
+        return RewardScores(per_fn=per_fn, total=total, valid=[t is not None for t in total])
+
+    def metrics(self) -> dict[str, float]:
+        """Metrics since the previous call; mean/std keys are left out when nothing was scored."""
+        out: dict[str, float] = {}
+        for r in self.rewards:
+            values = self._window_scores[r.name]
+            if values:
+                out[f"rewards/{r.name}/mean"] = statistics.fmean(values)
+                out[f"rewards/{r.name}/std"] = statistics.pstdev(values)
+            out[f"rewards/{r.name}/errors"] = float(r.pop_counts()["errors"])
+            self._window_scores[r.name] = []
+        if self._window_totals:
+            out["reward"] = statistics.fmean(self._window_totals)
+            out["reward_std"] = statistics.pstdev(self._window_totals)
+        self._window_totals = []
+        return out
+
+    def _check_guard(self) -> None:
+        """Raise once enough completions are seen and too many lack a score."""
+        if self.seen < self.min_completions or self.failure_fraction <= self.max_failure_fraction:
+            return
+        failing = [r for r in self.rewards if r.errors]
+        details = "; ".join(f"{r.name!r}: {r.errors} errors, last: {r.last_error}" for r in failing)
+        raise RewardFailureError(
+            f"rewards gave no score to {self.unscored} of {self.seen} completions "
+            f"({self.failure_fraction:.0%}), above max_failure_fraction={self.max_failure_fraction}. "
+            f"Failing: {details or 'none recorded'}. "
+            f"Check these reward functions and the dataset columns they read."
+        )
+
+
+def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
+    """Read a config entry from a mapping or an attribute-style object."""
+    if isinstance(cfg, Mapping):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def _plain(value: Any) -> Any:
+    """Copy config containers (e.g. OmegaConf nodes) into plain dicts and lists,
+    so reward functions can rely on ``isinstance(x, list)``."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unique_name(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``... when already used."""
+    candidate, k = name, 2
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    return candidate
+
+
+def build_reward_suite(
+    reward_cfgs: list[Any],
+    base_dir: str | Path | None = None,
+    max_failure_fraction: float = 0.5,
+    min_completions: int = 32,
+) -> RewardSuite:
+    """Build a :class:`RewardSuite` from the config's ``rewards:`` list.
+
+    Each entry has ``fn`` and optional ``weight`` (1.0), ``kwargs`` ({}) and
+    ``name`` (the function's short name). Repeated names get ``_2``, ``_3``
+    suffixes so two configurations of one built-in log separately.
+    """
+    if not reward_cfgs:
+        raise ValueError("no rewards configured: 'rewards' needs at least one entry with 'fn'")
+    rewards: list[SafeReward] = []
+    taken: set[str] = set()
+    for i, cfg in enumerate(reward_cfgs):
+        where = f"rewards[{i}]"
+        if isinstance(cfg, Mapping):
+            unknown = sorted(set(map(str, cfg)) - _CFG_KEYS)
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {', '.join(unknown)} (allowed: {', '.join(sorted(_CFG_KEYS))})")
+        spec = _cfg_get(cfg, "fn")
+        try:
+            fn = resolve_reward_fn(spec, base_dir)
+        except RewardResolveError as exc:
+            raise RewardResolveError(f"{where}: {exc}") from exc
+        weight = _cfg_get(cfg, "weight", 1.0)
+        weight = 1.0 if weight is None else weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ValueError(f"{where}: weight must be a finite number, got {weight!r}")
+        kwargs = _cfg_get(cfg, "kwargs") or {}
+        if not isinstance(kwargs, Mapping):
+            raise ValueError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
+        name = _cfg_get(cfg, "name") or reward_short_name(spec)
+        name = _unique_name(str(name), taken)
+        taken.add(name)
+        rewards.append(SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs)))
+    return RewardSuite(rewards, max_failure_fraction=max_failure_fraction, min_completions=min_completions)
