@@ -36,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3, help="learning rate")
     p.add_argument("--steps", type=int, default=60, help="max_steps")
     p.add_argument("--seed", type=int, default=0, help="training seed")
+    p.add_argument("--lr-scheduler", default="linear", help="lr_scheduler_type (TRL default: linear)")
     p.add_argument("--model-seed", type=int, default=0, help="tiny model init seed")
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16, help="per_device_train_batch_size (completions)")
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
             bf16=False,
             fp16=False,
             learning_rate=args.lr,
+            lr_scheduler_type=args.lr_scheduler,
             max_steps=args.steps,
             per_device_train_batch_size=args.batch_size,
             gradient_accumulation_steps=1,

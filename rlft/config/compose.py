@@ -69,12 +69,15 @@ class Layer:
         return f"{self.name}:{line}" if line else self.name
 
 
-def _key_lines(node, prefix: str, out: dict[str, int]) -> None:
+def _key_lines(node, prefix: str, out: dict[str, int], dups: list[tuple[str, int, int]]) -> None:
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             path = f"{prefix}{k.value}"
-            out[path] = k.start_mark.line + 1
-            _key_lines(v, path + ".", out)
+            line = k.start_mark.line + 1
+            if path in out:
+                dups.append((path, out[path], line))
+            out[path] = line
+            _key_lines(v, path + ".", out, dups)
 
 
 def parse_yaml_text(text: str) -> Any:
@@ -86,11 +89,19 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     path = Path(path)
     name = name or display_path(path)
     if not path.is_file():
-        raise ConfigError([Problem(name, name, f"config file not found: {path}")])
-    text = path.read_text()
+        what = "is a directory, not a config file" if path.is_dir() else "config file not found"
+        raise ConfigError([Problem(name, name, f"{what}: {path}")])
     try:
-        data = yaml.load(text, Loader=_Loader)
-        node = yaml.compose(text, Loader=_Loader)
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        raise ConfigError([Problem("(file)", name, f"cannot read the file as UTF-8 text: {exc}")]) from None
+    try:
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
@@ -101,7 +112,11 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     if not isinstance(data, dict):
         raise ConfigError([Problem("(yaml)", name, f"a config file must be a mapping of sections, got {type(data).__name__}")])
     lines: dict[str, int] = {}
-    _key_lines(node, "", lines)
+    dups: list[tuple[str, int, int]] = []
+    _key_lines(node, "", lines, dups)
+    if dups:
+        raise ConfigError([Problem(key, f"{name}:{line}", f"duplicate key (also set on line {first}); "
+                                   "YAML would silently keep only the last one") for key, first, line in dups])
     return Layer(name, data, lines)
 
 
@@ -115,6 +130,9 @@ def parse_overrides(overrides: Iterable[str]) -> Layer:
             continue
         key, raw = item.split("=", 1)
         key = key.strip()
+        if not key or "" in key.split("."):
+            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE with a dotted key (e.g. train.learning_rate=1e-5)"))
+            continue
         try:
             value = parse_yaml_text(raw) if raw.strip() else None
         except yaml.YAMLError:
@@ -155,13 +173,26 @@ class Composed:
     hw: str
 
     def layer_of(self, path: str) -> str:
-        """The layer (with line) that last set `path` or its closest set ancestor; else 'default'."""
+        """The layer (with line) that last set `path`, or 'default' when no layer set it.
+
+        A layer that set an ancestor of `path` to a non-mapping value (a list such as `rewards`
+        for `rewards[0].fn`, or a scalar where a section belongs) counts as having set `path`;
+        a layer that merely has the enclosing section does not.
+        """
+        ancestors = []
         probe = path
-        while probe:
-            for layer in reversed(self.layers):
-                if probe in layer.flat:
-                    return layer.where(probe)
-            probe = probe.rpartition(".")[0]
+        while True:
+            cut = max(probe.rfind("."), probe.rfind("["))
+            if cut <= 0:
+                break
+            probe = probe[:cut]
+            ancestors.append(probe)
+        for layer in reversed(self.layers):
+            if path in layer.flat:
+                return layer.where(path)
+            for parent in ancestors:
+                if parent in layer.flat and not isinstance(layer.flat[parent], dict):
+                    return layer.where(parent)
         return "default"
 
 
@@ -181,7 +212,7 @@ def _choose(kind: str, value: str, valid: tuple[str, ...]) -> Problem | None:
     import difflib
     close = difflib.get_close_matches(value, valid, n=1)
     hint = f"; did you mean `{close[0]}`?" if close else ""
-    return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint} Valid: {', '.join(valid)}")
+    return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint or '.'} Valid: {', '.join(valid)}")
 
 
 def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> Composed:
@@ -206,12 +237,14 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     merged: dict = {}
     for layer in layers:
         merged = _merge(merged, layer.data)
-    merged = _resolve_interpolations(merged)
-    return Composed(merged, layers, stage, hw)
+    composed = Composed(merged, layers, stage, hw)
+    composed.data = _resolve_interpolations(composed)
+    return composed
 
 
-def _resolve_interpolations(data: dict) -> dict:
+def _resolve_interpolations(composed: Composed) -> dict:
     """Resolve OmegaConf `${a.b}` interpolations only when a layer uses them (keeps start-up light)."""
+    data = composed.data
     if "${" not in repr(data):
         return data
     from omegaconf import OmegaConf
@@ -220,5 +253,6 @@ def _resolve_interpolations(data: dict) -> dict:
     try:
         return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as exc:
-        raise ConfigError([Problem(str(getattr(exc, "full_key", "") or "(interpolation)"), "config",
+        key = str(getattr(exc, "full_key", "") or "")
+        raise ConfigError([Problem(key or "(interpolation)", composed.layer_of(key) if key else "config",
                                    f"interpolation failed: {str(exc).splitlines()[0]}")]) from None

@@ -35,6 +35,7 @@ _COMMON = {
     "gradient_checkpointing": "train.gradient_checkpointing", "output_dir": "train.output_dir",
     "logging_steps": "train.logging_steps", "save_steps": "train.save_steps",
     "save_total_limit": "train.save_total_limit", "optim": "train.optim", "report_to": "train.report_to",
+    "eval_steps": "train.eval_steps", "dataloader_num_workers": "train.dataloader_num_workers",
 }
 _STAGE = {
     "grpo": {"num_generations": "grpo.group_size", "temperature": "grpo.temperature", "top_p": "grpo.top_p",

@@ -64,7 +64,7 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
         return "expected a list of strings"
     if spec.choices and value not in spec.choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in spec.choices], n=1)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
+        hint = f"; did you mean `{close[0]}`?" if close else "."
         return f"`{value}` is not allowed{hint} Expected {spec.allowed()}"
     if tp in (int, float):
         if tp is float and (math.isnan(value) or math.isinf(value)):
@@ -82,12 +82,15 @@ def _walk(composed: Composed, data: dict, cls, prefix: str, problems: list[Probl
         path = f"{prefix}{key}"
         where = composed.layer_of(path)
         if key not in known:
-            guess = closest_key(path)
-            kind = "section" if not prefix and isinstance(value, dict) else "key"
-            hint = f"; did you mean `{guess}`?" if guess else ""
-            valid = ", ".join(section_names()) if not prefix else ""
-            tail = f"{';' if not guess else ''} valid sections: {valid}" if kind == "section" else ""
-            problems.append(Problem(path, where, f"unknown {kind}{hint}{tail}"))
+            if not prefix and isinstance(value, dict):  # a misspelt or made-up section
+                sections = [k for k in known if k != "stage"]
+                close = difflib.get_close_matches(str(key), sections, n=1, cutoff=0.6)
+                hint = f"; did you mean `{close[0]}`?" if close else "."
+                problems.append(Problem(path, where, f"unknown section{hint} Valid sections: {', '.join(sections)}"))
+            else:
+                guess = closest_key(path)
+                hint = f"; did you mean `{guess}`?" if guess else ""
+                problems.append(Problem(path, where, f"unknown key{hint}"))
             continue
         base, _, item = _unwrap(known[key][1])
         if is_dataclass(base):
@@ -122,7 +125,7 @@ def _check_rewards(composed: Composed, path: str, value: Any, problems: list[Pro
             spec = REWARD_SPECS.get(key)
             if spec is None:
                 close = difflib.get_close_matches(key, list(REWARD_SPECS), n=1)
-                hint = f"; did you mean `{close[0]}`?" if close else ""
+                hint = f"; did you mean `{close[0]}`?" if close else "."
                 problems.append(Problem(f"{ipath}.{key}", where, f"unknown reward key{hint} Valid: {', '.join(REWARD_SPECS)}"))
                 continue
             msg = check_value(spec, v)
@@ -173,9 +176,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         coef = g(key)
         if c.stage == stage and _is_number(coef) and coef > 0 and ref in (None, "none", ""):
             err(key, f"{key} > 0 needs a reference model: set model.ref to `base` (the model without the adapter) or a checkpoint path")
-    if isinstance(ref, str) and ref not in ("base", "none", "") and (ref.startswith((".", "/")) or os.sep in ref):
-        if not Path(ref).exists():
+    if isinstance(ref, str) and ref not in ("base", "none", "") and not Path(ref).expanduser().exists():
+        if ref.startswith((".", "/", "~")) or ref.count("/") > 1 or (os.sep != "/" and os.sep in ref):
             err("model.ref", f"reference checkpoint not found: {ref}")
+        elif "/" in ref:  # `org/name`: a hub id, or a relative folder that is missing
+            err("model.ref", f"no local folder `{ref}`; it will be loaded as a hub id", "warning")
     if g("grpo.adaptive_kl") is True and c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") == 0:
         err("grpo.adaptive_kl", "adaptive_kl adjusts grpo.kl_penalty_coef, which is 0; set an initial coefficient (e.g. 0.05)")
     if c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") > 0 \

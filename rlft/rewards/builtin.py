@@ -125,7 +125,10 @@ def regex_match(
     if pattern is None:
         raise ValueError("regex_match needs a 'pattern' kwarg")
     patterns = _per_row(pattern, len(completions))
-    return [1.0 if _matches(completion_text(c), str(p), flags, bool(fullmatch)) else 0.0 for c, p in zip(completions, patterns)]
+    return [
+        1.0 if _matches(completion_text(c), str(p), flags, bool(fullmatch)) else 0.0
+        for c, p in zip(completions, patterns)
+    ]
 
 
 def format_match(

@@ -149,7 +149,9 @@ def _load_file(module_part: str, spec: str, base_dir: str | Path | None) -> tupl
             mod_spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(mod_name, None)
-        raise RewardResolveError(f"error while importing reward file {path} for {spec!r}: {_describe_exc(exc)}") from exc
+        raise RewardResolveError(
+            f"error while importing reward file {path} for {spec!r}: {_describe_exc(exc)}"
+        ) from exc
     _FILE_CACHE[cache_key] = module
     return module, f"file {path}"
 
@@ -160,7 +162,9 @@ def _load_module(module_part: str, spec: str, base_dir: str | Path | None) -> tu
         with _extra_sys_path(_search_dirs(base_dir)):
             module = importlib.import_module(module_part)
     except Exception as exc:
-        raise RewardResolveError(f"could not import module {module_part!r} for reward {spec!r}: {_describe_exc(exc)}") from exc
+        raise RewardResolveError(
+            f"could not import module {module_part!r} for reward {spec!r}: {_describe_exc(exc)}"
+        ) from exc
     return module, f"module {module_part!r}"
 
 
@@ -194,7 +198,9 @@ def _resolve_custom(spec: str, base_dir: str | Path | None) -> Callable[..., Any
             raise RewardResolveError(f"{label} has no function {attr_path!r} (reward {spec!r}).{hint}{listing}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise RewardResolveError(f"{attr_path!r} in {label} is not callable (it is a {type(obj).__name__}); reward {spec!r}")
+        raise RewardResolveError(
+            f"{attr_path!r} in {label} is not callable (it is a {type(obj).__name__}); reward {spec!r}"
+        )
     return obj
 
 

@@ -116,7 +116,8 @@ class SafeReward:
             return self._fail_batch(n, _exception_kind(exc), f"raised {type(exc).__name__}: {exc}", exc)
         values = _as_list(raw)
         if values is None:
-            return self._fail_batch(n, "returned a non-list", f"returned {type(raw).__name__}, expected a list of {n} floats")
+            message = f"returned {type(raw).__name__}, expected a list of {n} floats"
+            return self._fail_batch(n, "returned a non-list", message)
         if len(values) != n:
             return self._fail_batch(n, "returned wrong count", f"returned {len(values)} scores for {n} completions")
         scores: list[float | None] = []
@@ -319,7 +320,8 @@ def build_reward_suite(
         if isinstance(cfg, Mapping):
             unknown = sorted(set(map(str, cfg)) - _CFG_KEYS)
             if unknown:
-                raise ValueError(f"{where}: unknown keys {', '.join(unknown)} (allowed: {', '.join(sorted(_CFG_KEYS))})")
+                allowed = ", ".join(sorted(_CFG_KEYS))
+                raise ValueError(f"{where}: unknown keys {', '.join(unknown)} (allowed: {allowed})")
         spec = _cfg_get(cfg, "fn")
         try:
             fn = resolve_reward_fn(spec, base_dir)

@@ -1,0 +1,52 @@
+"""rlft's train.* and hw.* keys mapped once onto transformers/TRL training arguments, for every stage.
+
+TRL configs default to bf16=True, which fails on a CPU, so precision is always passed explicitly.
+"""
+
+from __future__ import annotations
+
+from rlft.config.schema import RlftConfig
+
+
+def common_training_args(cfg: RlftConfig, output_dir: str) -> dict:
+    """Keyword arguments shared by every TRL trainer config (a transformers TrainingArguments)."""
+    t, hw = cfg.train, cfg.hw
+    cuda = hw.device == "cuda"
+    args = dict(
+        output_dir=output_dir,
+        learning_rate=t.learning_rate,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        num_train_epochs=t.num_train_epochs,
+        max_steps=t.max_steps,
+        lr_scheduler_type=t.lr_scheduler_type,
+        warmup_steps=t.warmup_ratio,  # transformers 5: a float below 1 is a fraction of all steps
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        # the fused optimizer exists only for CUDA tensors
+        optim=t.optim if cuda or t.optim != "adamw_torch_fused" else "adamw_torch",
+        bf16=bool(t.bf16),
+        fp16=bool(t.fp16),
+        gradient_checkpointing=bool(t.gradient_checkpointing),
+        dataloader_num_workers=t.dataloader_num_workers,
+        seed=t.seed,
+        data_seed=t.seed,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        report_to=list(t.report_to) or "none",
+        use_cpu=hw.device == "cpu",
+        disable_tqdm=True,  # rlft draws its own progress bar
+        logging_first_step=True,
+    )
+    if t.tf32 is not None and cuda:
+        args["tf32"] = bool(t.tf32)
+    if t.gradient_checkpointing:
+        args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if hw.distributed_strategy == "ddp":
+        args["ddp_find_unused_parameters"] = hw.ddp_find_unused_parameters
+        args["ddp_bucket_cap_mb"] = hw.ddp_bucket_cap_mb
+    if hw.empty_cache_steps:
+        args["torch_empty_cache_steps"] = hw.empty_cache_steps
+    return args

@@ -1,0 +1,163 @@
+"""Health rules that act, with the warning-sign thresholds of the staged guide (section 7) and the
+sampler/learner KL bound of the RL guides (stable below 0.01).
+
+Each rule looks at one metrics record and fires at a level; the level maps to an action from
+`monitor.*`: `warn` (log), `stop` (checkpoint and exit non-zero) or `rollback` (reload the last
+good checkpoint, lower the learning rate and continue, at most `monitor.max_rollbacks` times).
+Every firing goes to health.jsonl and the console.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+from transformers import TrainerCallback
+
+from rlft.config.schema import RlftConfig
+from rlft.run import RunDir
+
+# Fault injection for tests and drills: RLFT_FAULT_NAN_LOSS_AT_STEP=N makes step N's loss NaN.
+FAULT_NAN_LOSS = "RLFT_FAULT_NAN_LOSS_AT_STEP"
+
+
+class RunStopped(Exception):
+    """A health rule with action `stop` fired."""
+
+
+@dataclass
+class Firing:
+    rule: str
+    level: str      # warning | critical
+    metric: str
+    value: float | None
+    threshold: float | None
+    message: str
+
+
+def _bad(x) -> bool:
+    return x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x)))
+
+
+def evaluate_rules(record: dict, cfg: RlftConfig) -> list[Firing]:
+    """Pure: the rules that fire on one metrics record."""
+    m, out = cfg.monitor, []
+    loss = record.get("loss", 0.0)
+    if "loss" in record and _bad(loss) and loss is not None:
+        out.append(Firing("loss_nan", "critical", "loss", loss, None, "loss is NaN/Inf"))
+    gn = record.get("grad_norm")
+    if isinstance(gn, float) and math.isnan(gn):
+        out.append(Firing("grad_norm_nan", "critical", "grad_norm", gn, None, "gradient norm is NaN"))
+    elif isinstance(gn, (int, float)) and gn > m.grad_norm_critical:
+        out.append(Firing("grad_norm_critical", "critical", "grad_norm", gn, m.grad_norm_critical,
+                          "gradient norm exploding: lower the learning rate or max_grad_norm"))
+    elif isinstance(gn, (int, float)) and gn > m.grad_norm_warn:
+        out.append(Firing("grad_norm_high", "warning", "grad_norm", gn, m.grad_norm_warn, "gradient norm high"))
+    kl = record.get("kl_policy_ref")
+    if isinstance(kl, (int, float)) and kl > m.kl_critical:
+        out.append(Firing("kl_critical", "critical", "kl_policy_ref", kl, m.kl_critical,
+                          "policy drifting from the reference: raise the KL coefficient or lower the learning rate"))
+    elif isinstance(kl, (int, float)) and kl > m.kl_warn:
+        out.append(Firing("kl_high", "warning", "kl_policy_ref", kl, m.kl_warn, "KL to the reference is high"))
+    ent = record.get("entropy")
+    if cfg.stage in ("grpo", "ppo") and isinstance(ent, (int, float)) and ent < m.entropy_critical:
+        out.append(Firing("entropy_collapse", "entropy", "entropy", ent, m.entropy_critical,
+                          "policy entropy collapsed: outputs are becoming deterministic (mode collapse risk)"))
+    fc = record.get("frac_constant_groups")
+    if isinstance(fc, (int, float)) and fc >= 1.0:
+        out.append(Firing("all_groups_constant", "warning", "frac_constant_groups", fc, 1.0,
+                          "every group got identical rewards: no gradient signal, so loss 0 is expected; "
+                          "make the reward more graded or the task easier/harder"))
+    kst = record.get("kl_sample_train_v2")
+    if isinstance(kst, (int, float)) and kst > m.kl_sample_train_warn:
+        out.append(Firing("sampler_learner_mismatch", "warning", "kl_sample_train_v2", kst, m.kl_sample_train_warn,
+                          "sampler and learner disagree (kl_sample_train_v2 above 0.01): training is off-policy"))
+    return out
+
+
+class HealthMonitor(TrainerCallback):
+    def __init__(self, cfg: RlftConfig, run: RunDir, console):
+        self.cfg, self.run, self.console = cfg, run, console
+        self.rollbacks = 0
+        self.trainer = None
+        self.ctx = None
+        self._initial_state = None
+        fault = os.environ.get(FAULT_NAN_LOSS)
+        self.fault_step = int(fault) if fault else None
+
+    def attach(self, trainer, ctx) -> None:
+        self.trainer, self.ctx = trainer, ctx
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.cfg.monitor.on_critical == "rollback" or self.cfg.monitor.on_warning == "rollback":
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            self._initial_state = {k: v.detach().clone() for k, v in model.state_dict().items()
+                                   if "lora_" in k or not self.cfg.lora.enabled}
+
+    def inject_faults(self, record: dict) -> None:
+        if self.fault_step is not None and record.get("step") == self.fault_step:
+            record["loss"] = float("nan")
+            self.fault_step = None  # once: a rollback must be able to continue past it
+
+    def action_for(self, level: str) -> str:
+        m = self.cfg.monitor
+        return {"warning": m.on_warning, "critical": m.on_critical, "entropy": m.on_entropy_collapse}[level]
+
+    def check(self, record: dict, control) -> None:
+        for f in evaluate_rules(record, self.cfg):
+            action = self.action_for(f.level)
+            if action == "rollback" and self.rollbacks >= self.cfg.monitor.max_rollbacks:
+                action = "stop"
+            level = "critical" if f.level == "entropy" else f.level
+            entry = {"step": record.get("step"), "rule": f.rule, "level": level, "metric": f.metric,
+                     "value": None if _bad(f.value) else f.value, "threshold": f.threshold,
+                     "action": action, "message": f.message}
+            with open(self.run.health, "a") as fh:
+                fh.write(json.dumps(entry) + "\n")
+            style = "bold red" if level == "critical" else "yellow"
+            self.console.message(f"health [{level}] step {entry['step']}: {f.metric}={f.value} "
+                                 f"({f.message}) -> {action}", style)
+            if action == "stop":
+                raise RunStopped(f"{f.rule} at step {entry['step']} ({f.metric}={f.value})")
+            if action == "rollback":
+                self.rollback(entry["step"])
+
+    def rollback(self, step) -> None:
+        """Reload the newest complete checkpoint's weights (or the initial ones), scale the LR down."""
+        import torch
+        from rlft.runtime import complete_checkpoints
+
+        self.rollbacks += 1
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        good = [p for p in complete_checkpoints(self.run) if int(p.name.rsplit("-", 1)[1]) < (step or 0)]
+        source = "the initial weights"
+        if good:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            ckpt = good[-1]
+            adapter = ckpt / "adapter_model.safetensors"
+            if adapter.is_file():
+                set_peft_model_state_dict(model, load_file(str(adapter)))
+            else:
+                model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
+            source = ckpt.name
+        elif self._initial_state is not None:
+            with torch.no_grad():
+                model.load_state_dict(self._initial_state, strict=False)
+        factor = self.cfg.monitor.rollback_lr_factor
+        for group in trainer.optimizer.param_groups:
+            group["lr"] *= factor
+        sched = trainer.lr_scheduler
+        if hasattr(sched, "base_lrs"):
+            sched.base_lrs = [lr * factor for lr in sched.base_lrs]
+        if hasattr(trainer.optimizer, "state"):
+            trainer.optimizer.state.clear()  # momentum from the bad steps would push straight back
+        self.console.message(f"health: rolled back to {source}, learning rate x{factor} "
+                             f"(rollback {self.rollbacks}/{self.cfg.monitor.max_rollbacks})", "yellow")
+        with open(self.run.health, "a") as fh:
+            fh.write(json.dumps({"step": step, "rule": "rollback", "level": "info", "action": "rollback",
+                                 "source": source, "lr_factor": factor, "rollbacks": self.rollbacks}) + "\n")

@@ -1,0 +1,54 @@
+"""metrics.jsonl and the console line: one record per logged step, with stable key names."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+# TRL / transformers names -> rlft's names
+RENAMES = {
+    "completions/mean_length": "completion_length",
+    "kl": "kl_policy_ref",
+}
+REQUIRED = {
+    "grpo": ["reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
+             "kl_policy_ref", "kl_coef", "entropy", "completion_length", "grad_norm", "learning_rate"],
+}
+
+
+def normalise(logs: dict, stage: str) -> dict:
+    out: dict = {}
+    for key, value in logs.items():
+        key = RENAMES.get(key, key) if RENAMES.get(key, key) not in logs else key
+        if isinstance(value, float) and math.isnan(value):
+            value = None
+        out[key] = value
+    for key in REQUIRED.get(stage, []):
+        out.setdefault(key, None)  # every line has the same keys; null = not measured this step
+    return out
+
+
+class MetricsWriter(TrainerCallback):
+    """Appends each training log to metrics.jsonl (main process only)."""
+
+    def __init__(self, path: Path, stage: str, console=None, health=None):
+        self.path = Path(path)
+        self.stage = stage
+        self.console = console
+        self.health = health
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        record = {"step": state.global_step, **normalise(logs, self.stage)}
+        if self.health is not None:
+            self.health.inject_faults(record)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.console is not None:
+            self.console.on_metrics(record)
+        if self.health is not None:
+            self.health.check(record, control)

@@ -1,0 +1,240 @@
+"""One run lifecycle for every stage: quiet logs, run folder, resume, safe interruption,
+progress, metrics, health rules and the final model. Stage recipes build a trainer and hand it to
+`RunContext.train`; everything around training lives here once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+from rlft.run import RunDir, RunError, RunOptions, prepare_run_dir
+
+log = logging.getLogger("rlft")
+COMPLETE_MARKER = "rlft_complete"
+RLFT_STATE = "rlft_state.json"
+# keys whose change makes a checkpoint meaningless (shapes, data order, the objective)
+RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
+                   "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
+                   "data.train", "grpo.group_size", "grpo.batch_size", "grpo.num_substeps", "hw.num_processes")
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """Libraries print a lot by default; rlft shows its own progress and metrics instead (-v restores them)."""
+    if verbose:
+        logging.basicConfig(level=logging.INFO)
+        return
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in ("transformers", "trl", "peft", "datasets", "accelerate", "torch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def checkpoint_step(path: Path) -> int:
+    try:
+        return int(path.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def complete_checkpoints(run: RunDir) -> list[Path]:
+    """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
+    if not run.checkpoints.is_dir():
+        return []
+    found = [p for p in run.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k not in ("trl", "kwargs"):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
+    """Resume-breaking keys whose value differs from the run's saved config.yaml."""
+    import yaml
+    from dataclasses import asdict
+
+    if not run.config.is_file():
+        return []
+    old = _flat(yaml.safe_load(run.config.read_text()) or {})
+    new = _flat(asdict(cfg))
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in RESUME_BREAKING if k in old and old.get(k) != new.get(k)]
+
+
+class _Interrupt:
+    """SIGINT/SIGTERM: finish the current step, checkpoint, exit; a second Ctrl-C exits at once."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old = {}
+
+    def install(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def restore(self):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:  # second signal: stop now
+            self.restore()
+            raise KeyboardInterrupt
+        self.signal = signum
+        name = signal.Signals(signum).name
+        print(f"\n{name} received: finishing the current step and writing a checkpoint "
+              f"(press Ctrl-C again to exit at once)", file=sys.stderr, flush=True)
+
+
+class RunContext:
+    """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
+
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions):
+        self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.interrupt = _Interrupt()
+        self.resume_from: Path | None = None
+        self.extra_state: dict = {}
+
+    # -- set-up --------------------------------------------------------------------------------
+    def __enter__(self) -> "RunContext":
+        quiet_libraries(self.opts.verbose)
+        self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        if self.opts.resume:
+            self.resume_from = self._resolve_resume()
+        self.interrupt.install()
+        from transformers import set_seed
+
+        set_seed(self.cfg.train.seed)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.interrupt.restore()
+        return False
+
+    def _resolve_resume(self) -> Path | None:
+        changed = breaking_changes(self.run, self.cfg)
+        if changed:
+            raise RunError("cannot resume: these settings changed since the run started and would break its "
+                           "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
+        all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
+        good = complete_checkpoints(self.run)
+        skipped = [p.name for p in all_dirs if p not in good]
+        if skipped:
+            print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
+        if not good:
+            if self.run.final.exists():
+                raise RunError(f"nothing left to do: {self.run.root} holds a finished run (final/) and no checkpoint to continue from")
+            raise RunError(f"no complete checkpoint to resume in {self.run.checkpoints}; start again with --overwrite")
+        newest = good[-1]
+        step = checkpoint_step(newest)
+        target = self.cfg.train.max_steps
+        if target > 0 and step >= target:
+            raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
+                           f"raise train.max_steps to train further")
+        state_file = newest / RLFT_STATE
+        if state_file.is_file():
+            self.extra_state = json.loads(state_file.read_text())
+        print(f"rlft: resuming {self.run.root} from step {step} to step {target if target > 0 else 'the end of the data'}",
+              file=sys.stderr)
+        return newest
+
+    # -- callbacks -----------------------------------------------------------------------------
+    def callbacks(self) -> list:
+        from rlft.monitor.callbacks import CheckpointMarker, InterruptCallback
+        from rlft.monitor.console import ConsoleProgress
+        from rlft.monitor.health import HealthMonitor
+        from rlft.monitor.metrics import MetricsWriter
+
+        self.console = ConsoleProgress(self.cfg.stage)
+        self.health = HealthMonitor(self.cfg, self.run, self.console)
+        return [MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
+                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health]
+
+    def rlft_state(self, trainer) -> dict:
+        """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
+        state = {}
+        kl_ctl = getattr(trainer, "kl_ctl", None)
+        if kl_ctl is not None:
+            state["kl_controller"] = kl_ctl.state_dict()
+        return state
+
+    def load_rlft_state(self, trainer) -> None:
+        kl_ctl = getattr(trainer, "kl_ctl", None)
+        if kl_ctl is not None and "kl_controller" in self.extra_state:
+            kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+
+    # -- training ------------------------------------------------------------------------------
+    def train(self, trainer, tokenizer) -> int:
+        from rlft.monitor.health import RunStopped
+
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # rlft prints its own line per logged step
+        self.trainer = trainer
+        self.health.attach(trainer, self)
+        self.load_rlft_state(trainer)
+        try:
+            trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
+        except RunStopped as exc:
+            self._save_now(trainer)
+            print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; resume with "
+                  f"`rlft train ... --resume` after fixing the cause.", file=sys.stderr)
+            return 3
+        except KeyboardInterrupt:
+            print("rlft: interrupted twice: exited without a new checkpoint", file=sys.stderr)
+            return 130
+        finally:
+            self.console.close()
+        if self.interrupt.signal is not None:
+            step = trainer.state.global_step
+            print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
+                  f"Resume with the same command plus --resume", file=sys.stderr)
+            return 128 + int(self.interrupt.signal)
+        self.save_final(trainer, tokenizer)
+        return 0
+
+    def _save_now(self, trainer) -> None:
+        trainer._save_checkpoint(trainer.model, trial=None)
+        self.mark_complete(trainer)
+
+    def mark_complete(self, trainer) -> None:
+        """Write rlft's state and the completion marker last: resume only trusts marked checkpoints."""
+        if not trainer.args.should_save:
+            return
+        path = self.run.checkpoints / f"checkpoint-{trainer.state.global_step}"
+        if path.is_dir():
+            (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
+            (path / COMPLETE_MARKER).write_text("ok\n")
+
+    def save_final(self, trainer, tokenizer) -> None:
+        """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
+        tmp = self.run.root / "final.tmp"
+        trainer.save_model(str(tmp))
+        if trainer.args.should_save:
+            tokenizer.save_pretrained(str(tmp))
+            import shutil
+
+            if self.run.final.exists():
+                shutil.rmtree(self.run.final)
+            tmp.rename(self.run.final)
+            print(f"rlft: done at step {trainer.state.global_step}; final model in {self.run.final}", file=sys.stderr)
