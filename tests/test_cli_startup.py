@@ -1,0 +1,58 @@
+"""Start-up lightness: the config commands never import the heavy ML stack. Each check runs a fresh
+interpreter, since the test process itself may already have imported torch."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from rlft.config import configs_dir
+
+REPO = configs_dir().parent
+HEAVY = {"torch", "transformers", "trl", "peft", "datasets", "accelerate"}
+IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|(?P<name>\s*\S+)\s*$")
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Module names from `python -X importtime` output."""
+    names = set()
+    for line in stderr.splitlines():
+        m = IMPORT_LINE.match(line)
+        if m:
+            names.add(m["name"].strip())
+    return names
+
+
+@pytest.mark.parametrize("args", [
+    ["--help"],
+    ["validate-config", "--stage", "grpo", "--hw", "a100"],
+    ["validate-config", "--stage", "dpo", "--hw", "a100", "-c", "configs/examples/production.yaml"],
+    ["show-config", "--explain"],
+    ["list"],
+])
+def test_config_commands_import_no_heavy_library(args):
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlft.cli", *args],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = imported_modules(proc.stderr)
+    assert "rlft.cli" in modules or "rlft.config" in modules  # the parser saw real import lines
+    heavy = sorted(m for m in modules if m.partition(".")[0] in HEAVY)
+    assert not heavy, f"`rlft {' '.join(args)}` imported {heavy[:10]}"
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    code = "import sys, rlft.cli; print(' '.join(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    loaded = {name.partition(".")[0] for name in proc.stdout.split()}
+    assert "rlft" in loaded
+    assert not loaded & HEAVY, sorted(loaded & HEAVY)
+
+
+def test_imported_modules_parser():
+    sample = ("import time: self [us] | cumulative | imported package\n"
+              "import time:       120 |        120 |   torch._C\n"
+              "import time:      9000 |      20000 | transformers\n")
+    assert imported_modules(sample) == {"torch._C", "transformers"}
