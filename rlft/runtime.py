@@ -186,6 +186,7 @@ class RunContext:
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer) -> int:
         from rlft.monitor.health import RunStopped
+        from rlft.rewards import RewardFailureError
 
         from transformers.trainer_callback import PrinterCallback
 
@@ -200,6 +201,11 @@ class RunContext:
             print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; resume with "
                   f"`rlft train ... --resume` after fixing the cause.", file=sys.stderr)
             return 3
+        except RewardFailureError as exc:
+            self._save_now(trainer)
+            print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with --resume.",
+                  file=sys.stderr)
+            return 4
         except KeyboardInterrupt:
             print("rlft: interrupted twice: exited without a new checkpoint", file=sys.stderr)
             return 130

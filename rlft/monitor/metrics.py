@@ -31,6 +31,16 @@ def normalise(logs: dict, stage: str) -> dict:
     return out
 
 
+# Measured once per generated batch; with num_substeps > 1 the later substeps train on the same
+# batch, so their records repeat its values rather than leaving gaps.
+BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "frac_reward_zero_std",
+              "completion_length", "kl_policy_ref", "kl_coef", "groups_removed")
+
+
+def _is_batch_key(key: str) -> bool:
+    return key in BATCH_KEYS or key.startswith("completions/") or (key.startswith("rewards/") and not key.endswith("/errors"))
+
+
 class MetricsWriter(TrainerCallback):
     """Appends each training log to metrics.jsonl (main process only)."""
 
@@ -39,11 +49,27 @@ class MetricsWriter(TrainerCallback):
         self.stage = stage
         self.console = console
         self.health = health
+        self._batch_metrics: dict = {}
+        self._error_keys: set = set()
+
+    def _carry_batch_metrics(self, record: dict) -> None:
+        fresh = {k: v for k, v in record.items() if _is_batch_key(k) and v is not None}
+        if "reward" in fresh:
+            self._batch_metrics = fresh
+        else:
+            for k, v in self._batch_metrics.items():
+                if record.get(k) is None:
+                    record[k] = v
+        self._error_keys.update(k for k in record if k.endswith("/errors"))
+        for k in self._error_keys:  # error counts are per step, never repeated
+            if record.get(k) is None:
+                record[k] = 0.0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "train_runtime" in logs:
             return
         record = {"step": state.global_step, **normalise(logs, self.stage)}
+        self._carry_batch_metrics(record)
         if self.health is not None:
             self.health.inject_faults(record)
         with open(self.path, "a") as f:

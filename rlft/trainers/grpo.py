@@ -167,6 +167,9 @@ class RlftGRPOTrainer(GRPOTrainer):
                 self._metrics["train"]["kl_sample_train_v1"].append(0.0)
                 self._metrics["train"]["kl_sample_train_v2"].append(0.0)
         self._train_logps = None
+        kl_hist = self._metrics["train"].get("kl")
+        if self.hooks.kl_penalty_mode == "loss" and self.beta != 0 and kl_hist:
+            self._last_kl = kl_hist[-1]  # TRL's k3 estimate, the input of the adaptive controller
         return loss
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -175,11 +178,6 @@ class RlftGRPOTrainer(GRPOTrainer):
             self._train_logps = result[0].detach()
             self._capture_train_logps = False
         return result
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.hooks.kl_penalty_mode == "loss" and "kl" in logs and self.model.training:
-            self._last_kl = logs["kl"]
-        super().log(logs, start_time)
 
     # --- keep groups whole within a substep -------------------------------------------------
     def _prepare_inputs(self, generation_batch):

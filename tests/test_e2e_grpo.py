@@ -1,0 +1,78 @@
+"""End-to-end GRPO runs through the CLI on the built-in tiny model (CPU)."""
+
+import statistics
+
+import pytest
+
+from conftest import read_jsonl, run_cli
+
+pytestmark = pytest.mark.e2e
+DEMO = "configs/examples/grpo_demo.yaml"
+REQUIRED = ["step", "reward", "reward_std", "rewards/char_fraction/mean", "frac_constant_groups", "kl_sample_train_v1",
+            "kl_sample_train_v2", "kl_policy_ref", "kl_coef", "entropy", "completion_length", "grad_norm",
+            "learning_rate"]
+
+
+def test_demo_learns(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 61))
+    first = statistics.fmean(r["reward"] for r in rows[:10])
+    last = statistics.fmean(r["reward"] for r in rows[-10:])
+    assert last > first + 0.3 and last > 0.5, (first, last)
+    assert (out / "final" / "adapter_config.json").is_file()
+    assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["grpo.baseline_mode=group_mean_std", "grpo.remove_constant_reward_groups=true"],
+    ["grpo.baseline_mode=leave_one_out", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=loss", "grpo.adaptive_kl=true"],
+    ["grpo.baseline_mode=global_mean", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage",
+     "grpo.kl_discount_factor=0.5", "grpo.num_substeps=2"],
+    ["grpo.baseline_mode=group_mean", "grpo.kl_penalty_coef=0.1", "grpo.adaptive_kl=true", "grpo.loss_fn=ppo",
+     "grpo.ppo_epochs=2"],
+], ids=["group_mean_std+filter", "loo+kl_loss", "global+kl_adv_discount", "group_mean+adaptive_kl_adv+ppo"])
+def test_modes_run_and_write_metrics(tmp_path, overrides):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "train.max_steps=4", *overrides)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert len(rows) == 4
+    for row in rows:
+        missing = [k for k in REQUIRED if k not in row]
+        assert not missing, missing
+    if any("kl_penalty_coef" in o for o in overrides):
+        assert all(r["kl_policy_ref"] is not None for r in rows)
+        assert all(r["kl_coef"] > 0 for r in rows)
+    if "grpo.adaptive_kl=true" in overrides:
+        assert rows[-1]["kl_coef"] != rows[0]["kl_coef"]  # the controller moved the coefficient
+
+
+def test_failing_reward_does_not_kill_the_run(tmp_path):
+    out = tmp_path / "run"
+    cfg = tmp_path / "flaky.yaml"
+    cfg.write_text("rewards:\n  - fn: char_fraction\n  - fn: tests/fixtures/flaky_reward.py:flaky\n    weight: 0.5\n"
+                   "monitor:\n  log_completions: -1\n  max_reward_failure_fraction: 1.0\n")
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, "-c", cfg, f"train.output_dir={out}",
+                  "train.max_steps=6")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    errors = sum(r["rewards/flaky/errors"] for r in rows)
+    comps = read_jsonl(out / "completions.jsonl")
+    unscored = sum(1 for c in comps if c["rewards"]["flaky"] is None)
+    assert errors == unscored > 0
+    assert all(c["total"] is None for c in comps if c["rewards"]["flaky"] is None)
+    assert all(c["advantage"] == 0 for c in comps if c["total"] is None)
+    assert "flaky" in res.stderr and "Traceback" in res.stderr  # logged once, with its traceback
+
+
+def test_reward_failure_guard_stops_the_run(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=30",
+                  "rewards=[{fn: 'tests/fixtures/flaky_reward.py:flaky'}]", "monitor.max_reward_failure_fraction=0.2")
+    assert res.returncode != 0
+    assert "max_failure_fraction" in res.stderr or "no score" in res.stderr
+    assert "Traceback (most recent call last)" not in res.stderr.split("rlft:")[-1]
