@@ -320,6 +320,18 @@ def test_trl_key_rlft_models_points_to_the_rlft_key():
     assert "train.learning_rate" in msg
 
 
+@pytest.mark.parametrize("trl_key, rlft_key", [
+    ("warmup_steps", "train.warmup_ratio"),
+    ("dataloader_num_workers", "train.dataloader_num_workers"),
+    ("steps_per_generation", "grpo.num_substeps"),
+    ("beta", "grpo.kl_penalty_coef"),
+])
+def test_every_trl_option_rlft_sets_itself_is_refused(trl_key, rlft_key):
+    _needs_trl_sources("grpo")
+    key, _, msg = one_error("--stage", "grpo", f"trl.{trl_key}=1")
+    assert key == f"trl.{trl_key}" and f"`{rlft_key}`" in msg
+
+
 def test_trl_keys_are_checked_against_the_stage_trainer():
     _needs_trl_sources("grpo")
     key, _, msg = one_error("--stage", "dpo", "trl.num_generations=4")  # a GRPO option, not DPO

@@ -36,11 +36,14 @@ _COMMON = {
     "logging_steps": "train.logging_steps", "save_steps": "train.save_steps",
     "save_total_limit": "train.save_total_limit", "optim": "train.optim", "report_to": "train.report_to",
     "eval_steps": "train.eval_steps", "dataloader_num_workers": "train.dataloader_num_workers",
+    "warmup_steps": "train.warmup_ratio", "data_seed": "train.seed", "use_cpu": "hw.device",
 }
 _STAGE = {
     "grpo": {"num_generations": "grpo.group_size", "temperature": "grpo.temperature", "top_p": "grpo.top_p",
              "max_completion_length": "grpo.max_tokens", "beta": "grpo.kl_penalty_coef",
-             "epsilon": "grpo.clip_range", "num_iterations": "grpo.ppo_epochs"},
+             "epsilon": "grpo.clip_range", "num_iterations": "grpo.ppo_epochs",
+             "steps_per_generation": "grpo.num_substeps", "scale_rewards": "grpo.baseline_mode",
+             "reward_weights": "rewards[].weight"},
     "dpo": {"beta": "dpo.beta", "label_smoothing": "dpo.label_smoothing", "max_length": "dpo.max_length",
             "loss_type": "dpo.loss_type"},
     "orpo": {"beta": "orpo.beta", "max_length": "orpo.max_length", "max_prompt_length": "orpo.max_prompt_length"},

@@ -193,6 +193,13 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         mp, ml = g(f"{stage}.max_prompt_length"), g(f"{stage}.max_length")
         if c.stage == stage and isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
             err(f"{stage}.max_prompt_length", f"must be smaller than {stage}.max_length ({ml})")
+    ls, lt = g("dpo.label_smoothing"), g("dpo.loss_type")
+    if c.stage == "dpo" and _is_number(ls) and ls > 0 and lt not in ("sigmoid", "robust"):
+        err("dpo.label_smoothing", f"label smoothing acts only on the `sigmoid` (conservative DPO) and `robust` losses; "
+            f"TRL ignores it for `{lt}`. Set dpo.label_smoothing=0 or dpo.loss_type to sigmoid or robust")
+    if c.stage == "dpo" and ref in (None, "none", ""):
+        err("model.ref", "DPO always measures against a reference; with no model.ref it uses the base model "
+            "(as `base`: the model without the adapter)", "warning")
     # hardware and processes
     strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":

@@ -48,7 +48,9 @@ class ConsoleProgress(TrainerCallback):
             self.progress.update(self.task, completed=state.global_step)
 
     def on_metrics(self, record: dict) -> None:
-        text = "  ".join(_fmt(k, record.get(k)) for k in self.keys if k in record)
+        prefix = "eval_" if any(k.startswith("eval_") for k in record) else ""  # eval_loss, eval_rewards/...
+        text = ("eval: " if prefix else "") + "  ".join(
+            _fmt(k, record.get(prefix + k)) for k in self.keys if prefix + k in record)
         if self.progress is not None:
             self.progress.update(self.task, metrics=text)
         else:

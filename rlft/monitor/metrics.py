@@ -16,7 +16,15 @@ RENAMES = {
 REQUIRED = {
     "grpo": ["reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
              "kl_policy_ref", "kl_coef", "entropy", "completion_length", "grad_norm", "learning_rate"],
+    "dpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "grad_norm",
+            "learning_rate"],
+    "orpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "log_odds_ratio",
+             "grad_norm", "learning_rate"],
 }
+
+
+def is_eval(logs: dict) -> bool:
+    return any(key.startswith("eval_") for key in logs)
 
 
 def normalise(logs: dict, stage: str) -> dict:
@@ -26,6 +34,8 @@ def normalise(logs: dict, stage: str) -> dict:
         if isinstance(value, float) and math.isnan(value):
             value = None
         out[key] = value
+    if is_eval(logs):  # evaluation records keep just their own eval_* keys
+        return out
     for key in REQUIRED.get(stage, []):
         out.setdefault(key, None)  # every line has the same keys; null = not measured this step
     return out

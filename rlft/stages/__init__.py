@@ -6,6 +6,8 @@ import importlib
 
 RUNNERS: dict[str, str] = {
     "grpo": "rlft.stages.grpo:run",
+    "dpo": "rlft.stages.dpo:run",
+    "orpo": "rlft.stages.orpo:run",
 }
 EXPERIMENTAL = {"orpo"}  # wraps trl.experimental
 

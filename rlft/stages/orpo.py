@@ -1,0 +1,60 @@
+"""ORPO recipe [experimental]: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's experimental
+ORPOTrainer (through rlft.trainers.orpo_compat) + rlft's run lifecycle.
+
+Lifecycle, top to bottom: data (checked before anything is written) -> run folder -> model +
+tokenizer -> TRL config -> train -> final adapter. ORPO needs no reference model: `model.ref` is
+not used.
+"""
+
+from __future__ import annotations
+
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+from rlft.run import RunOptions
+
+
+def orpo_trl_config(cfg: RlftConfig, output_dir: str):
+    """The one place rlft keys become TRL's ORPOConfig; `trl:` passthrough options go last.
+
+    `orpo.max_prompt_length` has no TRL 1.16 field: RlftORPOTrainer applies it (see
+    rlft.trainers.orpo_compat).
+    """
+    from rlft.models.hardware import common_training_args
+    from rlft.stages.preference import build_trl_config, eval_args, max_length
+    from rlft.trainers.orpo_compat import ORPOConfig
+
+    o = cfg.orpo
+    args = common_training_args(cfg, output_dir)
+    # TRL's ORPO collator needs the raw columns; it would switch this off itself, with a warning
+    args.update(beta=o.beta, max_length=max_length(cfg, o.max_length), remove_unused_columns=False)
+    args.update(eval_args(cfg))
+    args.update(cfg.trl)
+    return build_trl_config(ORPOConfig, args)
+
+
+def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
+    from rlft.runtime import RunContext, quiet_libraries
+    from rlft.stages.preference import load_preference_data, print_start
+
+    quiet_libraries(opts.verbose)
+    train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
+    with RunContext(cfg, composed, opts) as ctx:
+        from rlft.models.loading import lora_config, load_causal_lm, load_tokenizer, resolve_model_path
+        from rlft.trainers.orpo_compat import RlftORPOTrainer
+
+        path = resolve_model_path(cfg)
+        tokenizer = load_tokenizer(path, cfg)
+        model = load_causal_lm(path, cfg)
+        args = orpo_trl_config(cfg, str(ctx.run.checkpoints))
+        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length)
+        trainer = RlftORPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=train_ds,
+            eval_dataset=eval_ds,
+            processing_class=tokenizer,
+            peft_config=lora_config(cfg, model),
+            callbacks=ctx.callbacks(),
+            max_prompt_length=cfg.orpo.max_prompt_length,
+        )
+        return ctx.train(trainer, tokenizer)

@@ -1,0 +1,73 @@
+"""What the preference stages (DPO, ORPO) share: data loading with the skipped-rows report, the
+sequence-length limits, evaluation settings and the start-of-run summary."""
+
+from __future__ import annotations
+
+import sys
+
+from rlft.config.schema import RlftConfig
+from rlft.run import RunError
+
+
+def _load_split(cfg: RlftConfig, key: str, path: str):
+    from rlft.data import DataError
+    from rlft.data.load import load_table, prepare_preference_dataset
+
+    d = cfg.data
+    source = f"{key} ({path})"
+    try:
+        ds, report = prepare_preference_dataset(load_table(path), d.prompt_column, d.chosen_column,
+                                                d.rejected_column, strict=d.strict, source=source)
+    except DataError as exc:
+        raise RunError(str(exc)) from None
+    if report["skipped"]:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in report["reasons"].items())
+        more = ", ..." if report["skipped"] > len(report["first_rows"]) else ""
+        print(f"rlft: {source}: skipped {report['skipped']} of {report['total']} rows with no usable preference "
+              f"pair ({reasons}); first rows (0-based): {', '.join(map(str, report['first_rows']))}{more}. "
+              f"Set data.strict=true to make this an error.", file=sys.stderr)
+    return ds
+
+
+def load_preference_data(cfg: RlftConfig):
+    """(train, eval or None) with columns prompt/chosen/rejected; bad data is a RunError (exit 2)."""
+    if not cfg.data.train or cfg.data.train == "demo":
+        raise RunError(f"stage `{cfg.stage}` needs preference data in data.train (prompt, chosen and rejected "
+                       f"columns), e.g. configs/examples/data/preference_demo.jsonl")
+    train = _load_split(cfg, "data.train", cfg.data.train)
+    if cfg.data.max_samples:
+        train = train.select(range(min(cfg.data.max_samples, len(train))))
+    evaluation = _load_split(cfg, "data.eval", cfg.data.eval) if cfg.data.eval else None
+    return train, evaluation
+
+
+def max_length(cfg: RlftConfig, stage_max_length: int) -> int:
+    """Longest prompt + answer: the stage's max_length, capped by the hardware's train.max_seq_length."""
+    return min(stage_max_length, cfg.train.max_seq_length)
+
+
+def eval_args(cfg: RlftConfig) -> dict:
+    """Evaluate every train.eval_steps when data.eval is set."""
+    if not cfg.data.eval:
+        return {}
+    return dict(eval_strategy="steps", eval_steps=cfg.train.eval_steps,
+                per_device_eval_batch_size=cfg.train.per_device_train_batch_size)
+
+
+def build_trl_config(config_cls, args: dict):
+    """A TRL config from rlft's arguments; TRL's own objections (e.g. from `trl:` passthrough options that
+    need each other) become a clean RunError."""
+    try:
+        return config_cls(**args)
+    except (ValueError, TypeError) as exc:
+        raise RunError(f"TRL rejected the training settings: {exc}") from None
+
+
+def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_prompt_length: int) -> None:
+    from rlft.config.render import schedule_summary
+
+    print(schedule_summary(cfg, num_samples=num_samples), file=sys.stderr)
+    limit = max_length(cfg, stage_max_length)
+    capped = f" (capped by train.max_seq_length)" if limit < stage_max_length else ""
+    print(f"rlft: {num_samples} preference pairs; max_length {limit} tokens{capped}, "
+          f"max_prompt_length {max_prompt_length} tokens", file=sys.stderr)

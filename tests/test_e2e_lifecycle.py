@@ -1,0 +1,128 @@
+"""Run lifecycle through the CLI: run folder, interruption, resume, health rules, final adapter."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, read_jsonl, run_cli
+
+pytestmark = pytest.mark.e2e
+DEMO = "configs/examples/grpo_demo.yaml"
+SHORT = ["train.max_steps=8", "train.save_steps=3"]
+
+
+def _train(out, *extra, env=None):
+    return run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, *extra,
+                   env=env)
+
+
+def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
+                             f"train.output_dir={out}", *SHORT], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "checkpoint-3" / "rlft_complete").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "--resume" in err
+    stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl"))
+    assert stopped_at < 8
+    assert (out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_complete").exists()
+
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"from step {stopped_at} to step 8" in res.stderr
+    steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl")]
+    assert steps == list(range(1, 9))  # numbering continues, nothing repeated or skipped
+
+    ref = tmp_path / "ref"
+    assert _train(ref).returncode == 0
+    from safetensors.torch import load_file
+
+    a = load_file(str(out / "final" / "adapter_model.safetensors"))
+    b = load_file(str(ref / "final" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-4, worst
+
+    # a finished run has nothing left to do
+    again = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, "--resume")
+    assert again.returncode == 2 and "nothing left to do" in again.stderr
+
+
+def test_resume_missing_folder_and_existing_folder(tmp_path):
+    res = _train(tmp_path / "nope", "--resume")
+    assert res.returncode == 2 and "nothing to resume" in res.stderr and "Traceback" not in res.stderr
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("x")
+    res = _train(tmp_path / "busy")
+    assert res.returncode == 2 and "--resume" in res.stderr and "--overwrite" in res.stderr
+
+
+def test_nan_loss_stops_with_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    res = _train(out, env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "2"})
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert "loss_nan" in res.stderr
+    health = read_jsonl(out / "health.jsonl")
+    assert health[0]["rule"] == "loss_nan" and health[0]["action"] == "stop"
+    assert (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists()
+    assert not (out / "final").exists()
+
+
+def test_rollback_reloads_and_continues(tmp_path):
+    out = tmp_path / "run"
+    res = _train(out, "monitor.on_critical=rollback", env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "5"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    health = read_jsonl(out / "health.jsonl")
+    assert [h["action"] for h in health] == ["rollback", "rollback"]
+    assert health[1]["source"] == "checkpoint-3" and health[1]["lr_factor"] == 0.5
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert rows[-1]["step"] == 8
+    assert rows[-1]["learning_rate"] == pytest.approx(rows[0]["learning_rate"] * 0.5)
+
+
+def test_warn_only_logs(tmp_path):
+    out = tmp_path / "run"
+    res = _train(out, "train.max_steps=3", "monitor.grad_norm_warn=1e-9", "monitor.on_warning=warn")
+    assert res.returncode == 0, res.stderr[-2000:]
+    health = read_jsonl(out / "health.jsonl")
+    assert health and all(h["rule"] == "grad_norm_high" and h["action"] == "warn" for h in health)
+    assert (out / "final" / "adapter_config.json").exists()
+
+
+def test_corrupt_newest_checkpoint_is_skipped(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=3").returncode == 0
+    half = out / "checkpoints" / "checkpoint-7"
+    half.mkdir()
+    (half / "adapter_model.safetensors").write_bytes(b"\0" * 10)  # a save that died half-way
+    res = _train(out, "train.max_steps=5", "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ignoring incomplete checkpoint(s) checkpoint-7" in res.stderr
+    assert "from step 3 to step 5" in res.stderr
+
+
+def test_final_adapter_loads_with_plain_peft(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=2").returncode == 0
+    code = (
+        "import sys; from peft import AutoPeftModelForCausalLM; from transformers import AutoTokenizer\n"
+        "p = sys.argv[1]; m = AutoPeftModelForCausalLM.from_pretrained(p); t = AutoTokenizer.from_pretrained(p)\n"
+        "ids = t('Repeat the letter a: ', return_tensors='pt')\n"
+        "o = m.generate(**ids, max_new_tokens=5, do_sample=False)\n"
+        "print('GENERATED', o.shape[1] - ids['input_ids'].shape[1])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(out / "final")], capture_output=True, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "GENERATED" in res.stdout
