@@ -27,7 +27,6 @@ def common_training_args(cfg: RlftConfig, output_dir: str) -> dict:
         optim=t.optim if cuda or t.optim != "adamw_torch_fused" else "adamw_torch",
         bf16=bool(t.bf16),
         fp16=bool(t.fp16),
-        gradient_checkpointing=bool(t.gradient_checkpointing),
         dataloader_num_workers=t.dataloader_num_workers,
         seed=t.seed,
         data_seed=t.seed,
@@ -42,11 +41,20 @@ def common_training_args(cfg: RlftConfig, output_dir: str) -> dict:
     )
     if t.tf32 is not None and cuda:
         args["tf32"] = bool(t.tf32)
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)
+    ckpt = "activation_checkpointing" if _has_field("activation_checkpointing") else "gradient_checkpointing"
+    args[ckpt] = bool(t.gradient_checkpointing)
     if t.gradient_checkpointing:
-        args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+        args[f"{ckpt}_kwargs"] = {"use_reentrant": False}
     if hw.distributed_strategy == "ddp":
         args["ddp_find_unused_parameters"] = hw.ddp_find_unused_parameters
         args["ddp_bucket_cap_mb"] = hw.ddp_bucket_cap_mb
     if hw.empty_cache_steps:
         args["torch_empty_cache_steps"] = hw.empty_cache_steps
     return args
+
+
+def _has_field(name: str) -> bool:
+    from transformers import TrainingArguments
+
+    return name in TrainingArguments.__dataclass_fields__
