@@ -126,20 +126,56 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
     from rlft.stages import StageNotBuilt, get_runner
 
+    if hw == "auto":
+        from rlft.launch import detect_hw
+
+        hw, why = detect_hw()
+        _err(f"rlft: --hw auto picked `{hw}`: {why}")
     cfg, composed = _load(stage, hw, config, overrides, for_train=True)
     try:
         runner = get_runner(stage)
     except StageNotBuilt as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2)
-    from rlft.run import RunError, RunOptions
+    from rlft.launch import needs_launch, preflight
 
+    problems = preflight(cfg, hw)
+    for p in problems:
+        _err(f"error: {p}")
+    if problems:
+        raise typer.Exit(2)
+    from rlft.run import RunError, RunOptions, prepare_run_dir
+
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)
     try:
-        code = runner(cfg, composed, RunOptions(resume=resume, overwrite=overwrite, verbose=verbose))
+        if needs_launch(cfg):
+            from rlft.launch import launch
+
+            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start
+            argv = [a for a in sys.argv[1:] if a != "--overwrite"]
+            argv = _replace_hw(argv, hw) + [f"train.output_dir={run.root}"]
+            raise typer.Exit(launch(cfg, argv))
+        code = runner(cfg, composed, opts)
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
     raise typer.Exit(code or 0)
+
+
+def _replace_hw(argv: list[str], hw: str) -> list[str]:
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--hw":
+            out += ["--hw", hw]
+            skip = True
+        elif a.startswith("--hw="):
+            out.append(f"--hw={hw}")
+        else:
+            out.append(a)
+    return out
 
 
 def main() -> None:

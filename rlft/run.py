@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
+    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked and created it
+        run.root.mkdir(parents=True, exist_ok=True)
+        run.checkpoints.mkdir(exist_ok=True)
+        return run
     exists = run.root.exists() and any(run.root.iterdir())
     if opts.resume and opts.overwrite:
         raise RunError("--resume and --overwrite contradict each other; pick one")

@@ -216,8 +216,27 @@ class RunContext:
             print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
                   f"Resume with the same command plus --resume", file=sys.stderr)
             return 128 + int(self.interrupt.signal)
+        self.check_ranks_in_sync(trainer)
         self.save_final(trainer, tokenizer)
         return 0
+
+    def check_ranks_in_sync(self, trainer) -> None:
+        """Multi-process runs: every rank's trainable weights must be identical after training
+        (DDP all-reduces gradients). Rank 0 records each rank's checksum in distributed.json."""
+        acc = trainer.accelerator
+        if acc.num_processes < 2:
+            return
+        import torch
+
+        model = acc.unwrap_model(trainer.model)
+        total = sum(p.detach().double().sum() for p in model.parameters() if p.requires_grad)
+        sums = acc.gather(torch.as_tensor(total, device=acc.device).reshape(1)).tolist()
+        if acc.is_main_process:
+            in_sync = max(sums) - min(sums) <= 1e-9 * max(1.0, abs(sums[0]))
+            (self.run.root / "distributed.json").write_text(json.dumps(
+                {"num_processes": acc.num_processes, "param_checksums": sums, "in_sync": in_sync}))
+            if not in_sync:
+                print(f"rlft: WARNING ranks diverged: trainable-parameter checksums {sums}", file=sys.stderr)
 
     def _save_now(self, trainer) -> None:
         trainer._save_checkpoint(trainer.model, trial=None)

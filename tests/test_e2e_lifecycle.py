@@ -126,3 +126,25 @@ def test_final_adapter_loads_with_plain_peft(tmp_path):
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "GENERATED" in res.stdout
+
+
+def test_ddp_two_processes_on_cpu(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "ddp", "-c", DEMO, "hw.device=cpu", "hw.num_processes=2",
+                  "train.bf16=false", "train.max_steps=3", f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "launching 2 processes (ddp)" in res.stderr
+    import json
+
+    dist = json.loads((out / "distributed.json").read_text())
+    assert dist["num_processes"] == 2 and dist["in_sync"], dist
+    assert len(set(dist["param_checksums"])) == 1
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]  # once per step, rank 0 only
+    assert (out / "final" / "adapter_config.json").is_file()
+
+
+def test_gpu_profiles_fail_fast_without_gpu(tmp_path):
+    res = _train(tmp_path / "a", "--hw", "a100")
+    assert res.returncode == 2 and "use --hw cpu" in res.stderr
+    res = run_cli("train", "--stage", "grpo", "--hw", "fsdp", "-c", DEMO, "hw.device=cpu", "train.bf16=false")
+    assert res.returncode == 2 and "FSDP does not run on CPU" in res.stderr

@@ -1,0 +1,101 @@
+"""Hardware at `rlft train` start: `--hw auto`, preflight checks before any model is loaded, and
+re-launching rlft itself under `accelerate launch` for the multi-process profiles."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rlft.config.schema import RlftConfig
+
+LAUNCHED_ENV = "RLFT_LAUNCHED"  # set in the processes `accelerate launch` starts for us
+
+
+def detect_hw() -> tuple[str, str]:
+    """(profile, reason) from what torch can see."""
+    import torch
+
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        name = torch.cuda.get_device_name(0)
+        if n > 1:
+            return "ddp", f"{n} CUDA devices visible ({name})"
+        if any(k in name for k in ("A100", "H100", "H200", "A800", "H800", "L40")):
+            return "a100", f"one {name}"
+        return "rtx4090", f"one {name}"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps", "Apple MPS available"
+    return "cpu", "no CUDA or MPS device visible"
+
+
+def preflight(cfg: RlftConfig, hw_name: str) -> list[str]:
+    """Problems that would make training fail on this machine, each with its fix."""
+    import torch
+
+    problems = []
+    hw = cfg.hw
+    if hw.device == "cuda":
+        if not torch.cuda.is_available():
+            problems.append(f"profile `{hw_name}` needs an NVIDIA GPU with CUDA and none is visible here; "
+                            f"use --hw cpu (or --hw auto)")
+        else:
+            n = torch.cuda.device_count()
+            if hw.num_processes > n:
+                problems.append(f"hw.num_processes={hw.num_processes} but only {n} GPU(s) are visible; "
+                                f"set hw.num_processes={n}")
+            if cfg.train.bf16 and not torch.cuda.is_bf16_supported():
+                problems.append("this GPU does not support bf16; set train.bf16=false train.fp16=true")
+    if hw.device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            problems.append(f"profile `{hw_name}` needs Apple MPS, which is not available here; use --hw cpu")
+    if hw.distributed_strategy == "fsdp" and hw.device == "cpu":
+        problems.append("FSDP does not run on CPU (it fails or silently falls back to DDP); use --hw ddp "
+                        "hw.device=cpu for multi-process CPU runs, or a CUDA machine")
+    if hw.distributed_strategy == "deepspeed":
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError:
+            problems.append("hw.distributed_strategy=deepspeed needs `pip install deepspeed`")
+    return problems
+
+
+def needs_launch(cfg: RlftConfig) -> bool:
+    multi = cfg.hw.num_processes > 1 or cfg.hw.num_machines > 1
+    return multi and cfg.hw.distributed_strategy != "none" and not os.environ.get(LAUNCHED_ENV)
+
+
+def accelerate_command(cfg: RlftConfig, argv: list[str]) -> list[str]:
+    """`accelerate launch` re-running this same rlft command in hw.num_processes processes."""
+    hw, t = cfg.hw, cfg.train
+    cmd = [sys.executable, "-m", "accelerate.commands.launch",
+           "--num_processes", str(hw.num_processes * hw.num_machines),
+           "--num_machines", str(hw.num_machines), "--machine_rank", str(hw.machine_rank),
+           "--main_process_port", str(hw.main_process_port),
+           "--mixed_precision", "bf16" if t.bf16 else "fp16" if t.fp16 else "no",
+           "--dynamo_backend", "no"]
+    if hw.main_process_ip:
+        cmd += ["--main_process_ip", hw.main_process_ip]
+    if hw.distributed_strategy == "fsdp":
+        cmd += ["--use_fsdp", "--fsdp_sharding_strategy", hw.fsdp_sharding_strategy,
+                "--fsdp_auto_wrap_policy", hw.fsdp_auto_wrap_policy,
+                "--fsdp_offload_params", str(hw.fsdp_offload_params).lower()]
+    elif hw.distributed_strategy == "deepspeed":
+        cmd += ["--use_deepspeed", "--zero_stage", str(hw.deepspeed_zero_stage or 2)]
+    else:
+        # on CPU too: `--cpu --num_processes 2` silently runs one process, `--multi_gpu` runs real DDP over gloo
+        cmd += ["--multi_gpu"]
+    return cmd + ["-m", "rlft.cli", *argv]
+
+
+def launch(cfg: RlftConfig, argv: list[str]) -> int:
+    import subprocess
+
+    cmd = accelerate_command(cfg, argv)
+    env = {**os.environ, LAUNCHED_ENV: "1"}
+    if cfg.hw.device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", "1")
+    print(f"rlft: launching {cfg.hw.num_processes * cfg.hw.num_machines} processes "
+          f"({cfg.hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
+    return subprocess.call(cmd, env=env)
