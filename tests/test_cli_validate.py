@@ -273,6 +273,52 @@ def test_gpu_profile_with_a_gpu_has_no_fit_warning(monkeypatch):
     assert "hw.device" not in [k for k, _, _ in problems(result, "warning")]
 
 
+# --- preference data and settings (dpo, orpo) -------------------------------------------------
+
+PAIRS_WRONG_COLUMN = '{"prompt": "p", "chosen": "a", "rejected_answer": "b"}\n'
+
+
+@pytest.mark.parametrize("stage", ["dpo", "orpo"])
+def test_preference_data_columns_are_checked(stage):
+    write("pairs.jsonl", PAIRS_WRONG_COLUMN)
+    key, layer, msg = one_error("--stage", stage, "data.train=pairs.jsonl")
+    assert (key, layer) == ("data.train", "command line")
+    assert "column 'rejected' not found in pairs.jsonl" in msg and "did you mean 'rejected_answer'?" in msg
+    assert cli("validate-config", "--stage", stage, "data.train=pairs.jsonl",
+               "data.rejected_column=rejected_answer").exit_code == 0
+
+
+def test_preference_eval_data_and_empty_file_are_checked():
+    write("pairs.jsonl", '{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    write("empty.jsonl", "")
+    key, _, msg = one_error("--stage", "dpo", "data.train=pairs.jsonl", "data.eval=empty.jsonl")
+    assert key == "data.eval" and "empty" in msg and "empty.jsonl" in msg
+
+
+def test_preference_bad_data_check_imports_no_heavy_library(tmp_path):
+    from test_cli_startup import HEAVY, imported_modules
+
+    write("pairs.jsonl", PAIRS_WRONG_COLUMN)
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlft.cli", "validate-config", "--stage", "dpo",
+                           "data.train=pairs.jsonl"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "error: data.train (command line): data.train: column 'rejected' not found" in proc.stderr
+    assert not sorted(m for m in imported_modules(proc.stderr) if m.partition(".")[0] in HEAVY)
+
+
+def test_label_smoothing_only_where_trl_applies_it():
+    key, layer, msg = one_error("--stage", "dpo", "dpo.label_smoothing=0.1", "dpo.loss_type=hinge")
+    assert (key, layer) == ("dpo.label_smoothing", "command line") and "hinge" in msg
+    for loss in ("sigmoid", "robust"):
+        assert cli("validate-config", "--stage", "dpo", "dpo.label_smoothing=0.1", f"dpo.loss_type={loss}").exit_code == 0
+
+
+def test_dpo_without_reference_warns_that_it_uses_the_base_model():
+    result = cli("validate-config", "--stage", "dpo", "model.ref=null")
+    assert result.exit_code == 0
+    assert "model.ref" in [k for k, _, _ in problems(result, "warning")]
+
+
 # --- examples and the TRL passthrough ----------------------------------------------------------
 
 @pytest.mark.parametrize("stage, hw, example", [

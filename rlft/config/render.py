@@ -3,6 +3,7 @@ learning-rate schedule arithmetic a user should see before training starts."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -58,10 +59,21 @@ def first_comment_line(path: Path) -> str:
 
 def lr_schedule(num_samples: int, per_device_batch: int, grad_accum: int, epochs: float,
                 warmup_ratio: float, num_processes: int = 1) -> tuple[int, int]:
-    """The staged guide's arithmetic: total = samples // effective batch * epochs; warmup = ratio."""
+    """The staged guide's arithmetic: total = samples / effective batch x epochs (rounded down);
+    warmup = ratio x total (rounded down). 1000 samples, 1 x 16, 3 epochs: 187 steps, 18 warmup."""
     effective = per_device_batch * grad_accum * num_processes
-    total = int((num_samples // effective) * epochs)
+    total = int(num_samples / effective * epochs)
     return total, int(total * warmup_ratio)
+
+
+def trainer_schedule(num_samples: int, per_device_batch: int, grad_accum: int, epochs: float,
+                     warmup_ratio: float, num_processes: int = 1) -> tuple[int, int]:
+    """What transformers' Trainer runs for the same numbers: it counts each epoch's last, partial
+    accumulation as a step and rounds warmup up (1000 samples, 1 x 16, 3 epochs: 189 steps, 19 warmup)."""
+    batches = math.ceil(num_samples / (per_device_batch * num_processes))
+    per_epoch = max(batches // grad_accum + int(batches % grad_accum > 0), 1)
+    total = math.ceil(epochs * per_epoch)
+    return total, math.ceil(total * warmup_ratio)
 
 
 def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
@@ -75,7 +87,12 @@ def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
     if num_samples is None:
         num_samples = 1000
         head += "; e.g. for 1000 samples"
-    total, warm = lr_schedule(num_samples, t.per_device_train_batch_size, t.gradient_accumulation_steps,
-                              t.num_train_epochs, t.warmup_ratio, cfg.hw.num_processes)
-    return (f"{head}: total_steps = ({num_samples} // {effective}) x {t.num_train_epochs:g} epochs = {total}, "
+    sizes = (num_samples, t.per_device_train_batch_size, t.gradient_accumulation_steps, t.num_train_epochs,
+             t.warmup_ratio, cfg.hw.num_processes)
+    total, warm = lr_schedule(*sizes)
+    text = (f"{head}: total_steps = {num_samples} / {effective} x {t.num_train_epochs:g} epochs = {total}, "
             f"warmup_steps = {t.warmup_ratio:g} x {total} = {warm} ({t.lr_scheduler_type})")
+    run_total, run_warm = trainer_schedule(*sizes)
+    if (run_total, run_warm) != (total, warm):
+        text += f"; transformers rounds partial steps up and runs {run_total} steps, {run_warm} warmup"
+    return text

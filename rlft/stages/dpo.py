@@ -1,6 +1,6 @@
 """DPO recipe: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's DPOTrainer + rlft's run lifecycle.
 
-Lifecycle, top to bottom: data (checked before anything is written) -> run folder -> model +
+Lifecycle, top to bottom: data and TRL settings (checked before anything is written) -> run folder -> model +
 tokenizer -> reference -> TRL config -> train -> final adapter.
 
 The reference is the frozen model DPO measures its implicit reward against. With LoRA and
@@ -55,6 +55,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
+    dpo_trl_config(cfg, cfg.train.output_dir or ".")  # likewise TRL's objections to the settings
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.models.loading import lora_config, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
         from rlft.trainers.dpo import RlftDPOTrainer

@@ -1,7 +1,7 @@
 """ORPO recipe [experimental]: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's experimental
 ORPOTrainer (through rlft.trainers.orpo_compat) + rlft's run lifecycle.
 
-Lifecycle, top to bottom: data (checked before anything is written) -> run folder -> model +
+Lifecycle, top to bottom: data and TRL settings (checked before anything is written) -> run folder -> model +
 tokenizer -> TRL config -> train -> final adapter. ORPO needs no reference model: `model.ref` is
 not used.
 """
@@ -38,6 +38,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
+    orpo_trl_config(cfg, cfg.train.output_dir or ".")  # likewise TRL's objections to the settings
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.models.loading import lora_config, load_causal_lm, load_tokenizer, resolve_model_path
         from rlft.trainers.orpo_compat import RlftORPOTrainer

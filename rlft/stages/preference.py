@@ -60,7 +60,10 @@ def build_trl_config(config_cls, args: dict):
     try:
         return config_cls(**args)
     except (ValueError, TypeError) as exc:
-        raise RunError(f"TRL rejected the training settings: {exc}") from None
+        hint = ""
+        if "eval" in str(exc).lower() and args.get("eval_strategy", "no") == "no":
+            hint = " (rlft evaluates only when data.eval is set)"
+        raise RunError(f"TRL rejected the training settings{hint}: {exc}") from None
 
 
 def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_prompt_length: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import sys
 
+from datasets import Dataset
 from trl import DPOTrainer
 
 
@@ -21,16 +22,15 @@ class RlftDPOTrainer(DPOTrainer):
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         keep = self.rlft_max_prompt_length
-        if not keep:
+        if not keep or not isinstance(dataset, Dataset):  # streamed data: TRL's own truncation only
             return super()._prepare_dataset(dataset, processing_class, args, dataset_name)
         untruncated = copy.copy(args)  # TRL's own filter must run after the prompt is shortened
         untruncated.max_length = None
         dataset = super()._prepare_dataset(dataset, processing_class, untruncated, dataset_name)
         if "prompt_ids" not in dataset.column_names:
             return dataset
-        longest = max((len(p) for p in dataset["prompt_ids"]), default=0)
-        if longest > keep:
-            n = sum(len(p) > keep for p in dataset["prompt_ids"])
+        n = sum(len(p) > keep for p in dataset["prompt_ids"])
+        if n:
             print(f"rlft: {dataset_name} data: {n} prompt(s) longer than max_prompt_length ({keep} tokens) "
                   f"keep their last {keep} tokens", file=sys.stderr)
             dataset = dataset.map(lambda ex: {"prompt_ids": ex["prompt_ids"][-keep:]},
