@@ -122,6 +122,10 @@ class RunContext:
         if self.opts.resume:
             self.resume_from = self._resolve_resume()
         self.interrupt.install()
+        if self.cfg.hw.cpu_threads:
+            import torch
+
+            torch.set_num_threads(self.cfg.hw.cpu_threads)
         from transformers import set_seed
 
         set_seed(self.cfg.train.seed)

@@ -196,6 +196,7 @@ class HardwareConfig:
     fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
     fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
     deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
+    cpu_threads: Optional[int] = F(None, "torch CPU threads (null = torch default; 1 is fastest for tiny models).", ge=1, le=512)
     empty_cache_steps: Optional[int] = F(None, "Free the accelerator cache every N steps (helps on MPS).", ge=1)
 
 
