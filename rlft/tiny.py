@@ -110,9 +110,13 @@ def tiny_corpus() -> list[str]:
     for alphabet in (letters, letters.upper()):
         lines.append(" ".join(alphabet))
         lines.append(alphabet)
-        # runs of repeated characters, so that e.g. "aa" and "aaaa" become tokens
-        for ch in alphabet:
-            lines.append(" ".join(ch * n for n in (1, 2, 3, 4, 8, 2, 4, 8)))
+    # Runs of repeated lowercase letters, with and without a leading space, so
+    # that e.g. "q", "qq", "qqqq", " q", " qq", " qqqq" are tokens. They give each
+    # letter a family of tokens, which makes "repeat a letter" (rlft.demo)
+    # learnable from a random init.
+    for ch in letters:
+        lines.append(" ".join(ch * n for n in (1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8)))
+        lines.append(ch * 16)
     lines.append("0123456789 " * 4)
     lines.append(" ".join(str(i) for i in range(200)))
     # small arithmetic facts (deterministic)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback, set_seed
     from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         task_type="CAUSAL_LM",
     )
+    set_seed(args.seed)  # the LoRA A matrices are initialised randomly
     model = get_peft_model(model, lora)
 
     dataset = Dataset.from_list(demo_prompts(n=args.n_prompts, seed=0))
