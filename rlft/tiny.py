@@ -116,6 +116,7 @@ def tiny_corpus() -> list[str]:
     # learnable from a random init.
     for ch in letters:
         lines.append(" ".join(ch * n for n in (1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8)))
+        lines.append(" ".join([ch * 8] * 6))
         lines.append(ch * 16)
     lines.append("0123456789 " * 4)
     lines.append(" ".join(str(i) for i in range(200)))
