@@ -158,8 +158,9 @@ class RunContext:
         state_file = newest / RLFT_STATE
         if state_file.is_file():
             self.extra_state = json.loads(state_file.read_text())
-        print(f"rlft: resuming {self.run.root} from step {step} to step {target if target > 0 else 'the end of the data'}",
-              file=sys.stderr)
+        if self.rank == 0:
+            print(f"rlft: resuming {self.run.root} from step {step} to step "
+                  f"{target if target > 0 else 'the end of the data'}", file=sys.stderr)
         return newest
 
     # -- callbacks -----------------------------------------------------------------------------

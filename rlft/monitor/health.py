@@ -105,7 +105,7 @@ class HealthMonitor(TrainerCallback):
         m = self.cfg.monitor
         return {"warning": m.on_warning, "critical": m.on_critical, "entropy": m.on_entropy_collapse}[level]
 
-    def check(self, record: dict, control) -> None:
+    def check(self, record: dict, control, write: bool = True) -> None:
         for f in evaluate_rules(record, self.cfg):
             action = self.action_for(f.level)
             if action == "rollback" and self.rollbacks >= self.cfg.monitor.max_rollbacks:
@@ -114,17 +114,18 @@ class HealthMonitor(TrainerCallback):
             entry = {"step": record.get("step"), "rule": f.rule, "level": level, "metric": f.metric,
                      "value": None if _bad(f.value) else f.value, "threshold": f.threshold,
                      "action": action, "message": f.message}
-            with open(self.run.health, "a") as fh:
-                fh.write(json.dumps(entry) + "\n")
-            style = "bold red" if level == "critical" else "yellow"
-            self.console.message(f"health [{level}] step {entry['step']}: {f.metric}={f.value} "
-                                 f"({f.message}) -> {action}", style)
+            if write:
+                with open(self.run.health, "a") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+                style = "bold red" if level == "critical" else "yellow"
+                self.console.message(f"health [{level}] step {entry['step']}: {f.metric}={f.value} "
+                                     f"({f.message}) -> {action}", style)
             if action == "stop":
                 raise RunStopped(f"{f.rule} at step {entry['step']} ({f.metric}={f.value})")
             if action == "rollback":
-                self.rollback(entry["step"])
+                self.rollback(entry["step"], write)
 
-    def rollback(self, step) -> None:
+    def rollback(self, step, write: bool = True) -> None:
         """Reload the newest complete checkpoint's weights (or the initial ones), scale the LR down."""
         import torch
         from rlft.runtime import complete_checkpoints
@@ -156,6 +157,8 @@ class HealthMonitor(TrainerCallback):
             sched.base_lrs = [lr * factor for lr in sched.base_lrs]
         if hasattr(trainer.optimizer, "state"):
             trainer.optimizer.state.clear()  # momentum from the bad steps would push straight back
+        if not write:
+            return
         self.console.message(f"health: rolled back to {source}, learning rate x{factor} "
                              f"(rollback {self.rollbacks}/{self.cfg.monitor.max_rollbacks})", "yellow")
         with open(self.run.health, "a") as fh:

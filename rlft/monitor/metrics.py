@@ -76,15 +76,19 @@ class MetricsWriter(TrainerCallback):
                 record[k] = 0.0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+        if not logs or "train_runtime" in logs:
             return
+        # every rank builds the record (logged metrics are already gathered) so health actions agree
+        # across processes; only rank 0 writes files and the console
+        main = state.is_world_process_zero
         record = {"step": state.global_step, **normalise(logs, self.stage)}
         self._carry_batch_metrics(record)
         if self.health is not None:
             self.health.inject_faults(record)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.console is not None:
-            self.console.on_metrics(record)
+        if main:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            if self.console is not None:
+                self.console.on_metrics(record)
         if self.health is not None:
-            self.health.check(record, control)
+            self.health.check(record, control, write=main)
