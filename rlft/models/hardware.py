@@ -34,7 +34,7 @@ def common_training_args(cfg: RlftConfig, output_dir: str) -> dict:
         save_strategy="steps",
         save_steps=t.save_steps,
         save_total_limit=t.save_total_limit,
-        report_to=list(t.report_to) or "none",
+        report_to=available_trackers(t.report_to) or "none",
         use_cpu=hw.device == "cpu",
         disable_tqdm=True,  # rlft draws its own progress bar
         logging_first_step=True,
@@ -58,3 +58,20 @@ def _has_field(name: str) -> bool:
     from transformers import TrainingArguments
 
     return name in TrainingArguments.__dataclass_fields__
+
+
+def available_trackers(names: list[str]) -> list[str]:
+    """Trackers from train.report_to that are installed; the others are skipped with a warning
+    (tensorboard and wandb are optional, and a missing one should not end a run)."""
+    import importlib.util
+    import logging
+
+    modules = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet_ml",
+               "trackio": "trackio"}
+    out = []
+    for name in names:
+        if importlib.util.find_spec(modules.get(name, name)) is None:
+            logging.getLogger("rlft").warning("train.report_to: %s is not installed; skipped (pip install %s)", name, name)
+        else:
+            out.append(name)
+    return out

@@ -81,6 +81,7 @@ class HealthMonitor(TrainerCallback):
     def __init__(self, cfg: RlftConfig, run: RunDir, console):
         self.cfg, self.run, self.console = cfg, run, console
         self.rollbacks = 0
+        self._announced: set[str] = set()
         self.trainer = None
         self.ctx = None
         self._initial_state = None
@@ -117,9 +118,12 @@ class HealthMonitor(TrainerCallback):
             if write:
                 with open(self.run.health, "a") as fh:
                     fh.write(json.dumps(entry) + "\n")
-                style = "bold red" if level == "critical" else "yellow"
-                self.console.message(f"health [{level}] step {entry['step']}: {f.metric}={f.value} "
-                                     f"({f.message}) -> {action}", style)
+                if f.rule not in self._announced or action != "warn":  # warnings: once on the console
+                    self._announced.add(f.rule)
+                    style = "bold red" if level == "critical" else "yellow"
+                    again = " (further firings go to health.jsonl only)" if action == "warn" else ""
+                    self.console.message(f"health [{level}] step {entry['step']}: {f.metric}={f.value:.4g} "
+                                         f"({f.message}) -> {action}{again}", style)
             if action == "stop":
                 raise RunStopped(f"{f.rule} at step {entry['step']} ({f.metric}={f.value})")
             if action == "rollback":
