@@ -33,7 +33,8 @@ def test_demo_learns(tmp_path):
      "grpo.kl_discount_factor=0.5", "grpo.num_substeps=2"],
     ["grpo.baseline_mode=group_mean", "grpo.kl_penalty_coef=0.1", "grpo.adaptive_kl=true", "grpo.loss_fn=ppo",
      "grpo.ppo_epochs=2"],
-], ids=["group_mean_std+filter", "loo+kl_loss", "global+kl_adv_discount", "group_mean+adaptive_kl_adv+ppo"])
+    ["grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage"],
+], ids=["group_mean_std+filter", "loo+kl_loss", "global+kl_adv_discount", "group_mean+adaptive_kl_adv+ppo", "kl_adv_on_policy"])
 def test_modes_run_and_write_metrics(tmp_path, overrides):
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",

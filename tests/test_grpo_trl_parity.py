@@ -42,3 +42,30 @@ def test_group_mean_std_matches_stock_trl(tmp_path):
     assert torch.equal(results[0]["completion_ids"], results[1]["completion_ids"])  # same batch
     assert results[0]["advantages"].abs().sum() > 0
     torch.testing.assert_close(results[1]["advantages"], results[0]["advantages"], rtol=0, atol=1e-6)
+
+
+def test_on_policy_kl_penalty_in_the_loss_equals_eager_computation(tmp_path):
+    """With the sampler equal to the policy, rlft folds the KL penalty into the advantages inside the loss's
+    forward pass (no extra pass); over one micro-batch that must equal the eager formula exactly."""
+    from rlft.algos import kl_penalty_advantages
+    from rlft.demo import demo_prompts
+    from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+
+    hooks = GRPOHooks(group_size=4, baseline_mode="group_mean", kl_penalty_coef=0.05, kl_penalty_mode="advantage")
+    trainer = _trainer(RlftGRPOTrainer, tmp_path, "kl", hooks=hooks)
+    trainer.model.train()
+    for name, p in trainer.model.named_parameters():  # move the adapter away from the reference
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05)
+    torch.manual_seed(0)
+    out = trainer._generate_and_score_completions([dict(r) for r in demo_prompts(2) for _ in range(4)])
+    assert "old_per_token_logps" not in out and "rlft_ref_logps" in out
+    logp_sample = trainer._logps(trainer.model, out, use_ref=False)
+    expected, metrics = kl_penalty_advantages(out["rlft_base_advantages"], logp_sample, out["rlft_ref_logps"],
+                                              out["completion_mask"].float(), 0.05)
+    trainer.current_gradient_accumulation_steps = 1  # set by the training loop otherwise
+    trainer._compute_loss(trainer.model, out)
+    assert out["advantages"].shape == expected.shape
+    torch.testing.assert_close(out["advantages"], expected, rtol=0, atol=1e-6)
+    assert metrics["kl_policy_ref"] != 0
+    assert trainer._metrics["train"]["kl_policy_ref"][-1] == pytest.approx(metrics["kl_policy_ref"], abs=1e-6)

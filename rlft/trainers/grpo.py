@@ -64,6 +64,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._last_kl: float | None = None
         self._capture_train_logps = False
         self._train_logps = None
+        self._current_inputs = None
 
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -130,14 +131,20 @@ class RlftGRPOTrainer(GRPOTrainer):
         if h.kl_penalty_coef > 0:
             if h.kl_penalty_mode == "advantage":
                 logp_sample = out.get("old_per_token_logps")
-                if logp_sample is None:  # sampler == current policy; keep it so the loss reuses it
-                    logp_sample = self._logps(self.model, out, use_ref=False)
-                    out["old_per_token_logps"] = logp_sample
                 logp_ref = self._logps(self.model, out, use_ref=True)
-                adv_BT, kl_m = kl_penalty_advantages(adv_local, logp_sample, logp_ref, completion_mask.float(),
-                                                     self.kl_ctl.value, h.kl_discount_factor)
-                kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
-                out["advantages"] = adv_BT
+                if logp_sample is None:
+                    # The sampler is the current policy, so the loss's own forward pass yields the sampler
+                    # log-probs: the penalty is applied there (per micro-batch, as tinker's streaming mode
+                    # does) instead of paying for one more forward pass here.
+                    out["rlft_ref_logps"] = logp_ref
+                    out["rlft_base_advantages"] = adv_local
+                    out["advantages"] = adv_local
+                    kl = None
+                else:
+                    adv_BT, kl_m = kl_penalty_advantages(adv_local, logp_sample, logp_ref, completion_mask.float(),
+                                                         self.kl_ctl.value, h.kl_discount_factor)
+                    kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
+                    out["advantages"] = adv_BT
             else:
                 out["advantages"] = adv_local
                 kl = None  # TRL measures it in the loss and logs `kl`
@@ -152,6 +159,7 @@ class RlftGRPOTrainer(GRPOTrainer):
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
     def _compute_loss(self, model, inputs):
+        self._current_inputs = inputs
         self._capture_train_logps = True
         try:
             loss = super()._compute_loss(model, inputs)
@@ -177,7 +185,22 @@ class RlftGRPOTrainer(GRPOTrainer):
         if self._capture_train_logps:
             self._train_logps = result[0].detach()
             self._capture_train_logps = False
+            inputs = self._current_inputs
+            if inputs is not None and "rlft_ref_logps" in inputs:
+                self._fold_kl_into_advantages(inputs, self._train_logps)
         return result
+
+    def _fold_kl_into_advantages(self, inputs: dict, logp_sample: torch.Tensor) -> None:
+        """KL-in-advantage from the loss's forward pass (runs before TRL's loss reads `advantages`);
+        recomputed from the base advantages so re-used batches never accumulate the penalty."""
+        adv_BT, kl_m = kl_penalty_advantages(inputs["rlft_base_advantages"], logp_sample, inputs["rlft_ref_logps"],
+                                             inputs["completion_mask"].float(), self.kl_ctl.value,
+                                             self.hooks.kl_discount_factor)
+        inputs["advantages"] = adv_BT
+        device = logp_sample.device
+        kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
+        self._metrics["train"]["kl_policy_ref"].append(kl)
+        self._last_kl = kl
 
     # --- keep groups whole within a substep -------------------------------------------------
     def _prepare_inputs(self, generation_batch):
