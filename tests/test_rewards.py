@@ -427,3 +427,13 @@ def test_light_imports_do_not_pull_heavy_libraries():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_suite_record_counts_external_totals_and_trips_the_guard():
+    from rlft.rewards import RewardFailureError, build_reward_suite
+
+    suite = build_reward_suite([{"fn": "char_fraction"}], max_failure_fraction=0.5, min_completions=32)
+    suite.record(32, 10)  # 31% unscored: fine
+    assert suite.failure_fraction == pytest.approx(10 / 32)
+    with pytest.raises(RewardFailureError, match="no score to 40 of 64"):
+        suite.record(32, 30)

@@ -260,6 +260,13 @@ class RewardSuite:
         self._window_totals = []
         return out
 
+    def record(self, seen: int, unscored: int) -> None:
+        """Count totals scored elsewhere (e.g. by a trainer that called each reward itself) and
+        apply the failure guard; raises :class:`RewardFailureError` when it trips."""
+        self.seen += int(seen)
+        self.unscored += int(unscored)
+        self._check_guard()
+
     def _check_guard(self) -> None:
         """Raise once enough completions are seen and too many lack a score."""
         if self.seen < self.min_completions or self.failure_fraction <= self.max_failure_fraction:

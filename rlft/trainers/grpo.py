@@ -105,18 +105,16 @@ class RlftGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.to(device)
         # a completion any weighted reward failed on has no total: excluded from its group's baseline
         valid = ~torch.isnan(rpf[:, weights != 0]).any(dim=1)
-        total = torch.where(valid, (torch.nan_to_num(rpf) * weights).sum(dim=1), torch.full_like(valid, float("nan"), dtype=rpf.dtype))
+        total = torch.where(valid, (torch.nan_to_num(rpf) * weights).sum(dim=1), float("nan"))
         adv = group_advantages(total, h.group_size, h.baseline_mode, valid=valid)
         const_P = constant_group_mask(total, h.group_size, valid=valid)
         m["frac_constant_groups"].append(const_P.float().mean().item())
         m["frac_unscored"].append((~valid).float().mean().item())
         if self.reward_suite is not None:
-            self.reward_suite.seen += int(valid.numel())
-            self.reward_suite.unscored += int((~valid).sum())
             for r in self.reward_suite.rewards:
                 errs = torch.tensor(float(r.pop_counts()["errors"]), device=device)
                 m[f"rewards/{r.name}/errors"].append(self.accelerator.gather(errs).sum().item())
-            self.reward_suite._check_guard()
+            self.reward_suite.record(valid.numel(), (~valid).sum().item())  # may stop the run
 
         start = self.accelerator.process_index * n_local
         local = slice(start, start + n_local)
