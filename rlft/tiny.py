@@ -140,10 +140,16 @@ def tiny_model_name(
     seed: int = 0,
     arch: str = "qwen2",
 ) -> str:
-    """Cache folder name for a set of build arguments, e.g. ``tiny-qwen2-h64-l2-a4-voc512-std0.2-s0-v1``."""
+    """Cache folder name for a set of build arguments, e.g. ``tiny-qwen2-h64-l2-a4-voc512-std0.2-s0-v1-1a2b3c4d``.
+
+    The last part hashes this module's source, so an edited recipe (corpus, config) never reuses a
+    model cached by an earlier one."""
+    import hashlib
+
+    recipe = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8]
     return (
         f"tiny-{arch}-h{hidden_size}-l{num_layers}-a{num_heads}-voc{vocab_size}"
-        f"-std{float(init_std):g}-s{seed}-v{FORMAT_VERSION}"
+        f"-std{float(init_std):g}-s{seed}-v{FORMAT_VERSION}-{recipe}"
     )
 
 
