@@ -1,16 +1,25 @@
 """Built-in synthetic GRPO demo task: "repeat a character".
 
-Each prompt asks the model to repeat one target letter; the reward
+Each prompt asks the model to repeat a target letter; the reward
 :func:`char_fraction` is the fraction of the completion's non-whitespace
-characters that equal that row's target letter. A randomly initialised model
-scores about 0.05; a policy that has learnt the task scores close to 1.0.
-The task is small enough for LoRA + GRPO on the tiny model of
-:mod:`rlft.tiny` to learn on a CPU in a minute or so.
+characters that equal that row's target letter. The randomly initialised tiny
+model of :mod:`rlft.tiny` scores about 0.02-0.04; a policy that has learnt the
+task scores close to 1.0.
 
-Dataset rows look like ``{"prompt": "Repeat the letter a: ", "target": "a"}``.
-GRPO trainers pass extra dataset columns to reward functions as keyword
-arguments (one list entry per completion), so ``target`` reaches
-:func:`char_fraction` without further wiring.
+Dataset rows look like ``{"prompt": "Repeat the letter z: ", "target": "z"}``
+(plain-text prompts, no chat template needed). GRPO trainers pass extra
+dataset columns to reward functions as keyword arguments (one list entry per
+completion), so ``target`` reaches :func:`char_fraction` without further
+wiring.
+
+By default every row targets the same letter (:data:`DEMO_LETTERS`), phrased
+in several ways: stock TRL GRPO + LoRA on the tiny model then lifts the reward
+above 0.9 within about 60 steps on a CPU (see
+``scripts/plain_trl_grpo_demo.py``). With several letters
+(``demo_prompts(letters="abcd")``) the policy must also read the letter from
+the prompt, a much harder task for a 2-layer model: expect hundreds of steps
+rather than dozens (the reward first plateaus at ``1 / len(letters)``, the
+score of always writing one letter).
 
 Pure python; importing this module does not import torch.
 """
@@ -27,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "DEMO_LETTERS",
+    "MULTI_LETTERS",
     "DEMO_TEMPLATES",
     "demo_prompts",
     "char_fraction",
@@ -34,8 +44,11 @@ __all__ = [
     "write_demo_dataset",
 ]
 
-#: Target letters used by the demo prompts.
-DEMO_LETTERS = "abcd"
+#: Target letter(s) of the default demo prompts.
+DEMO_LETTERS = "z"
+
+#: A several-letter variant (pass as ``letters=``): a harder, conditional task.
+MULTI_LETTERS = "abcd"
 
 #: Prompt templates; ``{c}`` is the target letter.
 DEMO_TEMPLATES = (
@@ -48,21 +61,25 @@ _TARGET_RES = tuple(
 )
 
 
-def demo_prompts(n: int = 64, seed: int = 0) -> list[dict[str, str]]:
+def demo_prompts(n: int = 64, seed: int = 0, letters: str | None = None) -> list[dict[str, str]]:
     """``n`` demo rows ``{"prompt": ..., "target": ...}``, deterministic in ``seed``.
 
-    Target letters cycle through :data:`DEMO_LETTERS` (so every letter is
-    equally represented); templates are drawn at random.
+    Target letters cycle through ``letters`` (default :data:`DEMO_LETTERS`;
+    every letter equally represented); prompt templates
+    (:data:`DEMO_TEMPLATES`) are drawn at random.
     """
     if n < 0:
         raise ValueError("n must be non-negative")
+    chosen = DEMO_LETTERS if letters is None else letters
+    if not chosen or any(ch.isspace() for ch in chosen):
+        raise ValueError(f"letters must be a non-empty string without whitespace, got {chosen!r}")
     rng = random.Random(seed)
-    letters = list(DEMO_LETTERS)
+    pool = list(chosen)
     rows: list[dict[str, str]] = []
     for i in range(n):
-        if i % len(letters) == 0:
-            rng.shuffle(letters)
-        c = letters[i % len(letters)]
+        if i % len(pool) == 0:
+            rng.shuffle(pool)
+        c = pool[i % len(pool)]
         template = rng.choice(DEMO_TEMPLATES)
         rows.append({"prompt": template.format(c=c), "target": c})
     return rows
@@ -129,11 +146,13 @@ def char_fraction(
     return rewards
 
 
-def write_demo_dataset(path: str | os.PathLike[str], n: int = 64, seed: int = 0) -> Path:
+def write_demo_dataset(
+    path: str | os.PathLike[str], n: int = 64, seed: int = 0, letters: str | None = None
+) -> Path:
     """Write :func:`demo_prompts` rows to ``path`` as JSON lines; returns the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:
-        for row in demo_prompts(n=n, seed=seed):
+        for row in demo_prompts(n=n, seed=seed, letters=letters):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return out

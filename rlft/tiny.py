@@ -10,14 +10,22 @@ It consists of
 * a byte-level BPE tokenizer trained on a small built-in corpus, with the
   special tokens ``<|endoftext|>`` (eos), ``<|pad|>`` (pad), ``<|im_start|>``
   and ``<|im_end|>`` and a ChatML-like chat template;
-* a Qwen2-style (or Llama-style) decoder with tied input/output embeddings.
+* a Qwen2-style (or Llama-style) decoder with tied input/output embeddings
+  (hidden 64, 2 layers, 4 heads, MLP width 2 x hidden by default).
 
-Weight scale matters: at the usual ``initializer_range`` of 0.02 the logits of
-such a small model are nearly uniform and its frozen, tied embeddings are too
-small for LoRA adapters to move them, so LoRA fine-tuning barely learns. The
-default ``init_std`` of 0.2 (:data:`DEFAULT_INIT_STD`) gives a model that LoRA
-+ GRPO can teach the built-in demo task (see :mod:`rlft.demo`) in a few dozen
-steps.
+Weight scale matters. With tied embeddings the largest logit the model can
+produce is about ``hidden_size * init_std`` (the final RMSNorm fixes the norm
+of the last hidden state at ``sqrt(hidden_size)``), and LoRA adapters leave
+the embeddings frozen. At the usual ``initializer_range`` of 0.02 the logits
+stay nearly uniform whatever LoRA does, so LoRA fine-tuning cannot learn. Too
+large a scale hurts as well: the random residual stream then dwarfs what a
+LoRA update adds, and learning stalls or collapses onto a partial solution.
+Measured with stock TRL GRPO + LoRA on the demo task of :mod:`rlft.demo`
+(``scripts/plain_trl_grpo_demo.py``: 60 steps, lr 3e-3, mean reward of the
+last 10 steps): 0.02 does not learn (~0.03), 0.1 plateaus near 0.8, 0.15 and
+0.2 reach 0.95-1.0 for most seeds, 0.3 stalls or collapses (0.4-0.7). The
+default ``init_std`` is 0.15 (:data:`DEFAULT_INIT_STD`), the value that
+learnt most reliably across target letters and seeds.
 
 Importing this module does not import torch, transformers or tokenizers; they
 are imported when a model is built.
@@ -46,7 +54,7 @@ __all__ = [
 ]
 
 #: Default standard deviation of the weight initialisation (see module doc).
-DEFAULT_INIT_STD = 0.2
+DEFAULT_INIT_STD = 0.15
 
 #: Bumped whenever the build recipe changes in a way that changes the output;
 #: part of the cache folder name so that stale caches are not reused.
@@ -140,7 +148,7 @@ def tiny_model_name(
     seed: int = 0,
     arch: str = "qwen2",
 ) -> str:
-    """Cache folder name for a set of build arguments, e.g. ``tiny-qwen2-h64-l2-a4-voc512-std0.2-s0-v1-1a2b3c4d``.
+    """Cache folder name for a set of build arguments, e.g. ``tiny-qwen2-h64-l2-a4-voc512-std0.15-s0-v1-1a2b3c4d``.
 
     The last part hashes this module's source, so an edited recipe (corpus, config) never reuses a
     model cached by an earlier one."""
@@ -220,7 +228,7 @@ def _build_config(arch: str, *, vocab_size: int, hidden_size: int, num_layers: i
     common: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
-        intermediate_size=4 * hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,

@@ -7,10 +7,14 @@ adapter on all linear projections, and trains it with an unmodified
 on CPU in fp32. Prints the mean reward and the wall time of every step, then a
 summary (mean reward of the first and last 10 steps, seconds per step).
 
-This is the baseline the rlft trainer is compared against: with the default
-settings the reward rises from about 0.05 to above 0.9 within ~60 steps.
+This is the baseline the rlft trainer is compared against. With the defaults
+(init_std 0.15, LoRA r 16 / alpha 32 on all projections, lr 3e-3 constant,
+8 generations x 2 prompts per step, 16 new tokens, beta 0, temperature 1,
+60 steps) the mean reward rises from about 0.03 (first 10 steps) to about
+0.99 (last 10 steps) for seed 0, at about 0.05 s per step on a laptop-class
+CPU; over training seeds 0-7, 7 of 8 runs end above 0.95.
 
-    python scripts/plain_trl_grpo_demo.py [--init-std 0.2] [--lr 3e-3] [--steps 60]
+    python scripts/plain_trl_grpo_demo.py [--init-std 0.15] [--lr 3e-3] [--steps 60] [--seed 0]
 """
 
 from __future__ import annotations
@@ -36,12 +40,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3, help="learning rate")
     p.add_argument("--steps", type=int, default=60, help="max_steps")
     p.add_argument("--seed", type=int, default=0, help="training seed")
-    p.add_argument("--lr-scheduler", default="linear", help="lr_scheduler_type (TRL default: linear)")
+    p.add_argument("--lr-scheduler", default="constant",
+                   help="lr_scheduler_type (default constant; with TRL's own default, linear, the decay "
+                        "leaves too little step budget and the demo learns in 60 steps for few seeds only)")
     p.add_argument("--model-seed", type=int, default=0, help="tiny model init seed")
     p.add_argument("--num-generations", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16, help="per_device_train_batch_size (completions)")
     p.add_argument("--max-completion-length", type=int, default=16)
     p.add_argument("--n-prompts", type=int, default=64, help="demo dataset size")
+    p.add_argument("--letters", default=None,
+                   help="target letters of the demo prompts (default: rlft.demo.DEMO_LETTERS, one letter)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     p.add_argument("--cache-dir", default=None, help="tiny model cache folder (default: $RLFT_CACHE or ~/.cache/rlft)")
     p.add_argument("--quiet", action="store_true", help="only print the summary")
@@ -78,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(args.seed)  # the LoRA A matrices are initialised randomly
     model = get_peft_model(model, lora)
 
-    dataset = Dataset.from_list(demo_prompts(n=args.n_prompts, seed=0))
+    dataset = Dataset.from_list(demo_prompts(n=args.n_prompts, seed=0, letters=args.letters))
 
     class StepLog(TrainerCallback):
         def __init__(self) -> None:

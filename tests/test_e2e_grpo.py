@@ -18,10 +18,10 @@ def test_demo_learns(tmp_path):
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, 151))
+    assert [r["step"] for r in rows] == list(range(1, 61))
     first = statistics.fmean(r["reward"] for r in rows[:10])
     last = statistics.fmean(r["reward"] for r in rows[-10:])
-    assert last > first + 0.3 and last > 0.5, (first, last)
+    assert first < 0.1 and last > 0.9, (first, last)
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
 

@@ -73,7 +73,7 @@ def test_nan_loss_stops_with_checkpoint(tmp_path):
     res = _train(out, env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "2"})
     assert res.returncode == 3, res.stderr[-2000:]
     assert "loss_nan" in res.stderr
-    health = read_jsonl(out / "health.jsonl")
+    health = [h for h in read_jsonl(out / "health.jsonl") if h["action"] != "warn"]
     assert health[0]["rule"] == "loss_nan" and health[0]["action"] == "stop"
     assert (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists()
     assert not (out / "final").exists()
@@ -83,7 +83,7 @@ def test_rollback_reloads_and_continues(tmp_path):
     out = tmp_path / "run"
     res = _train(out, "monitor.on_critical=rollback", env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "5"})
     assert res.returncode == 0, res.stderr[-2000:]
-    health = read_jsonl(out / "health.jsonl")
+    health = [h for h in read_jsonl(out / "health.jsonl") if h["action"] != "warn"]
     assert [h["action"] for h in health] == ["rollback", "rollback"]
     assert health[1]["source"] == "checkpoint-3" and health[1]["lr_factor"] == 0.5
     rows = read_jsonl(out / "metrics.jsonl")
@@ -96,7 +96,8 @@ def test_warn_only_logs(tmp_path):
     res = _train(out, "train.max_steps=3", "monitor.grad_norm_warn=1e-9", "monitor.on_warning=warn")
     assert res.returncode == 0, res.stderr[-2000:]
     health = read_jsonl(out / "health.jsonl")
-    assert health and all(h["rule"] == "grad_norm_high" and h["action"] == "warn" for h in health)
+    assert all(h["action"] == "warn" for h in health)
+    assert len([h for h in health if h["rule"] == "grad_norm_high"]) >= 2  # step 1 may have no gradient at all
     assert (out / "final" / "adapter_config.json").exists()
 
 

@@ -34,7 +34,7 @@ class ModelConfig:
     ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the base model (adapter disabled with LoRA), a checkpoint path, or null = none.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
-    tiny_init_std: float = F(0.2, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
+    tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
 
 
 @dataclass
