@@ -12,7 +12,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from rlft.config.compose import Composed
+from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
 from rlft.run import RunDir, RunError, RunOptions, prepare_run_dir
 
@@ -57,16 +57,6 @@ def complete_checkpoints(run: RunDir) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and k not in ("trl", "kwargs"):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -74,8 +64,8 @@ def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
 
     if not run.config.is_file():
         return []
-    old = _flat(yaml.safe_load(run.config.read_text()) or {})
-    new = _flat(asdict(cfg))
+    old = flatten(yaml.safe_load(run.config.read_text()) or {})
+    new = flatten(asdict(cfg))
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in RESUME_BREAKING if k in old and old.get(k) != new.get(k)]
 
 

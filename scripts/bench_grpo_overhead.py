@@ -44,13 +44,12 @@ def build(kind: str, overrides: list[str], out: str, timer: StepTimer):
 
     from rlft.config import load_config
     from rlft.demo import char_fraction
-    from rlft.models.loading import load_causal_lm, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.stages.grpo import grpo_trl_config, load_prompt_dataset
     from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
     cfg, _, _ = load_config("grpo", "cpu", ["configs/examples/grpo_demo.yaml"], overrides + ["train.save_steps=100000"])
-    path = resolve_model_path(cfg)
-    model, tok = load_causal_lm(path, cfg), load_tokenizer(path, cfg)
+    model, tok = load_model_and_tokenizer(cfg)
     args = grpo_trl_config(cfg, out)
     common = dict(model=model, reward_funcs=[char_fraction], args=args, train_dataset=load_prompt_dataset(cfg),
                   processing_class=tok, peft_config=lora_config(cfg, model), callbacks=[timer.callback])

@@ -38,10 +38,6 @@ def render_yaml(cfg: RlftConfig, composed: Composed | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_dict(cfg: RlftConfig) -> dict:
-    return asdict(cfg)
-
-
 def first_comment_line(path: Path) -> str:
     """The first sentence of a profile's opening comment: what the profile is for."""
     try:

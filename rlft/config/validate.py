@@ -15,7 +15,7 @@ from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import (
     SAMPLING_STAGES, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
-    section_fields, section_names,
+    section_fields,
 )
 
 SPECS = leaf_specs()

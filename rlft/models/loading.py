@@ -21,6 +21,12 @@ def resolve_model_path(cfg: RlftConfig) -> str:
     return cfg.model.name_or_path
 
 
+def load_model_and_tokenizer(cfg: RlftConfig):
+    """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand)."""
+    path = resolve_model_path(cfg)
+    return load_causal_lm(path, cfg), load_tokenizer(path, cfg)
+
+
 def load_tokenizer(path: str, cfg: RlftConfig):
     from transformers import AutoTokenizer
 

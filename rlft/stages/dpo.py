@@ -57,12 +57,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
     dpo_trl_config(cfg, cfg.train.output_dir or ".")  # likewise TRL's objections to the settings
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import lora_config, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
+        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
         from rlft.trainers.dpo import RlftDPOTrainer
 
-        path = resolve_model_path(cfg)
-        tokenizer = load_tokenizer(path, cfg)
-        model = load_causal_lm(path, cfg)
+        model, tokenizer = load_model_and_tokenizer(cfg)
         ref = load_reference(cfg)  # None for `base`: TRL then uses the model with the adapter disabled
         args = dpo_trl_config(cfg, str(ctx.run.checkpoints))
         print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length)

@@ -99,13 +99,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext
 
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import lora_config, load_causal_lm, load_reference, load_tokenizer, resolve_model_path
+        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
         from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        path = resolve_model_path(cfg)
-        tokenizer = load_tokenizer(path, cfg)
-        model = load_causal_lm(path, cfg)
+        model, tokenizer = load_model_and_tokenizer(cfg)
         dataset = load_prompt_dataset(cfg)
         try:
             suite = build_reward_suite([vars(r) for r in cfg.rewards],

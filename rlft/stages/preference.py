@@ -71,6 +71,6 @@ def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_pr
 
     print(schedule_summary(cfg, num_samples=num_samples), file=sys.stderr)
     limit = max_length(cfg, stage_max_length)
-    capped = f" (capped by train.max_seq_length)" if limit < stage_max_length else ""
+    capped = " (capped by train.max_seq_length)" if limit < stage_max_length else ""
     print(f"rlft: {num_samples} preference pairs; max_length {limit} tokens{capped}, "
           f"max_prompt_length {max_prompt_length} tokens", file=sys.stderr)

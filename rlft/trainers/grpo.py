@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from trl import GRPOTrainer
-from trl.trainer.utils import use_adapter
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
 
 from rlft.algos import (
     constant_group_mask, expand_group_mask, group_advantages, kl_penalty_advantages, kl_sample_train,
@@ -208,7 +208,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
             batch = _shuffle_groups(batch, self.hooks.group_size)
-            self._buffered_inputs = _split(batch, self.args.steps_per_generation)
+            self._buffered_inputs = split_tensor_dict(batch, self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     # --- completions.jsonl ---------------------------------------------------------------------
@@ -239,8 +239,6 @@ def _shuffle_groups(batch: dict, group_size: int) -> dict:
     """Shuffle the order of whole groups (TRL shuffles single completions, splitting groups across substeps)."""
     n = next(v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0).size(0)
     if n % group_size:
-        from trl.trainer.utils import shuffle_sequence_dict
-
         return shuffle_sequence_dict(batch)
     order = torch.randperm(n // group_size)
     perm = (order.unsqueeze(1) * group_size + torch.arange(group_size)).flatten()
@@ -252,9 +250,3 @@ def _shuffle_groups(batch: dict, group_size: int) -> dict:
             v = [v[i] for i in perm.tolist()]
         out[k] = v
     return out
-
-
-def _split(batch: dict, parts: int) -> list[dict]:
-    from trl.trainer.utils import split_tensor_dict
-
-    return split_tensor_dict(batch, parts)
