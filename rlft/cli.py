@@ -80,6 +80,7 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 @app.command("list")
 def list_profiles() -> None:
     """List stages, hardware profiles and example configs, one line each."""
+    from rlft.config.compose import display_path
     from rlft.config.render import first_comment_line
     from rlft.stages import EXPERIMENTAL, RUNNERS
 
@@ -94,7 +95,7 @@ def list_profiles() -> None:
         typer.echo(f"  {h:<9}{first_comment_line(root / 'hw' / f'{h}.yaml')}")
     typer.echo("Example configs (-c):")
     for path in sorted((root / "examples").glob("*.yaml")):
-        typer.echo(f"  configs/examples/{path.name}: {first_comment_line(path)}")
+        typer.echo(f"  {display_path(path)}: {first_comment_line(path)}")
 
 
 @app.command("env")

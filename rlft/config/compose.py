@@ -36,17 +36,21 @@ _Loader.add_implicit_resolver(
 
 
 def configs_dir() -> Path:
-    """Where the bundled profiles live (RLFT_CONFIG_DIR overrides, for installed copies)."""
+    """Where the profiles live: the package's own `rlft/configs` (shipped in the wheel), or the
+    folder named by RLFT_CONFIG_DIR (a folder with the same layout: base.yaml, stages/, hw/, examples/)."""
     env = os.environ.get("RLFT_CONFIG_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "configs"
+    from importlib.resources import files
+
+    return Path(str(files("rlft").joinpath("configs")))
 
 
 def display_path(path: Path) -> str:
-    """A short, machine-independent name for a file: relative to cwd or to the repo."""
+    """A short, machine-independent name for a file: `configs/...` for a bundled profile, else
+    relative to the working directory."""
     path = Path(path).resolve()
-    for root in (Path.cwd(), configs_dir().parent):
+    for root in (configs_dir().resolve().parent, Path.cwd()):
         try:
             return str(path.relative_to(root.resolve()))
         except ValueError:
@@ -225,9 +229,12 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     layers: list[Layer] = []
     for path in paths:
         try:
-            layers.append(load_layer(path))
+            layer = load_layer(path)
         except ConfigError as exc:
             problems.extend(exc.problems)
+            continue
+        anchor_paths(layer.data, Path(path).resolve().parent)
+        layers.append(layer)
     try:
         layers.append(parse_overrides(overrides))
     except ConfigError as exc:
@@ -240,6 +247,47 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     composed = Composed(merged, layers, stage, hw)
     composed.data = _resolve_interpolations(composed)
     return composed
+
+
+# keys whose relative value names a local file or folder: resolved against the config file naming it
+_PATH_KEYS = (("data", "train"), ("data", "eval"))
+_MODEL_PATH_KEYS = (("model", "name_or_path"), ("model", "ref"))
+
+
+def _anchored(value: str, base_dir: Path) -> str:
+    target = os.path.normpath(base_dir / os.path.expanduser(value))
+    rel = os.path.relpath(target)
+    return target if rel.startswith("..") else rel
+
+
+def anchor_paths(data: dict, base_dir: Path) -> None:
+    """Relative paths in a config file mean "next to this file", wherever rlft is started from.
+
+    Data files and reward files (`path/to/file.py:fn`) always resolve against the file's folder;
+    `model.name_or_path`/`model.ref` only when they look local (`./x`, `../x`) or exist there, so a
+    hub id such as `org/model` stays a hub id. Values set on the command line stay relative to the
+    working directory.
+    """
+    def local(v) -> bool:
+        return isinstance(v, str) and v and not os.path.isabs(os.path.expanduser(v)) and "${" not in v
+
+    for section, key in _PATH_KEYS:
+        node = data.get(section)
+        if isinstance(node, dict) and local(node.get(key)) and node[key] != "demo":
+            node[key] = _anchored(node[key], base_dir)
+    for section, key in _MODEL_PATH_KEYS:
+        node = data.get(section)
+        if isinstance(node, dict) and local(node.get(key)) and node[key] not in ("tiny", "base", "init"):
+            v = node[key]
+            if v.startswith(("./", "../", "~")) or (base_dir / v).exists():
+                node[key] = _anchored(v, base_dir)
+    rewards = data.get("rewards")
+    if isinstance(rewards, list):
+        for item in rewards:
+            if isinstance(item, dict) and local(item.get("fn")):
+                module, sep, fn = item["fn"].rpartition(":")
+                if sep and (module.endswith(".py") or "/" in module) and local(module):
+                    item["fn"] = f"{_anchored(module, base_dir)}:{fn}"
 
 
 def _resolve_interpolations(composed: Composed) -> dict:
