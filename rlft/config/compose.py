@@ -255,6 +255,9 @@ _MODEL_PATH_KEYS = (("model", "name_or_path"), ("model", "ref"))
 
 
 def _anchored(value: str, base_dir: Path) -> str:
+    # A path that exists only relative to the working directory keeps that meaning (older configs).
+    if not (base_dir / os.path.expanduser(value)).exists() and os.path.exists(os.path.expanduser(value)):
+        return value
     target = os.path.normpath(base_dir / os.path.expanduser(value))
     rel = os.path.relpath(target)
     return target if rel.startswith("..") else rel
@@ -263,7 +266,8 @@ def _anchored(value: str, base_dir: Path) -> str:
 def anchor_paths(data: dict, base_dir: Path) -> None:
     """Relative paths in a config file mean "next to this file", wherever rlft is started from.
 
-    Data files and reward files (`path/to/file.py:fn`) always resolve against the file's folder;
+    Data files and reward files (`path/to/file.py:fn`) resolve against the file's folder (unless the
+    path exists only relative to the working directory);
     `model.name_or_path`/`model.ref` only when they look local (`./x`, `../x`) or exist there, so a
     hub id such as `org/model` stays a hub id. Values set on the command line stay relative to the
     working directory.
