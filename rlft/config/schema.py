@@ -100,6 +100,7 @@ class RewardConfig:
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
     name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
+    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions get no score (counted as errors); null = no limit, called in the main thread.", gt=0)
 
 
 @dataclass

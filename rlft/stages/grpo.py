@@ -110,6 +110,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                        max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
                           remove_constant_reward_groups=g.remove_constant_reward_groups,
