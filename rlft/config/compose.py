@@ -63,6 +63,7 @@ class Layer:
     name: str                         # "configs/stages/grpo.yaml" or "command line"
     data: dict
     lines: dict[str, int] = field(default_factory=dict)  # key path -> line in the file
+    source_dir: Path | None = None    # the file's folder; None for the command line
     flat: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,7 +122,7 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     if dups:
         raise ConfigError([Problem(key, f"{name}:{line}", f"duplicate key (also set on line {first}); "
                                    "YAML would silently keep only the last one") for key, first, line in dups])
-    return Layer(name, data, lines)
+    return Layer(name, data, lines, source_dir=path.resolve().parent)
 
 
 def parse_overrides(overrides: Iterable[str]) -> Layer:
@@ -198,6 +199,15 @@ class Composed:
                 if parent in layer.flat and not isinstance(layer.flat[parent], dict):
                     return layer.where(parent)
         return "default"
+
+
+    def dir_of(self, path: str) -> Path | None:
+        """The folder of the config file that last set `path` (None: command line or default).
+        Relative names in that value (e.g. a reward's `module:function`) are looked up there first."""
+        for layer in reversed(self.layers):
+            if path in layer.flat:
+                return layer.source_dir
+        return None
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -231,11 +231,12 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
     rewards = c.data.get("rewards") or []
     if not isinstance(rewards, list):
         return
-    from rlft.rewards.registry import check_reward_spec
+    from rlft.rewards.registry import check_reward_spec, module_search_dir
 
+    config_dir = c.dir_of("rewards")
     for i, item in enumerate(rewards):
         if isinstance(item, dict) and isinstance(item.get("fn"), str):
-            msg = check_reward_spec(item["fn"])
+            msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
             if msg:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
 

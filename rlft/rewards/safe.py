@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlft.rewards.registry import RewardResolveError, resolve_reward_fn, reward_short_name
+from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
 
 __all__ = [
     "SafeReward",
@@ -391,13 +391,15 @@ def build_reward_suite(
     base_dir: str | Path | None = None,
     max_failure_fraction: float = 0.5,
     min_completions: int = 32,
+    config_dir: str | Path | None = None,
 ) -> RewardSuite:
     """Build a :class:`RewardSuite` from the config's ``rewards:`` list.
 
     Each entry has ``fn`` and optional ``weight`` (1.0), ``kwargs`` ({}),
     ``timeout_s`` (30 s; null = no limit, called inline) and ``name`` (the function's
     short name). Repeated names get ``_2``, ``_3`` suffixes so two configurations
-    of one built-in log separately.
+    of one built-in log separately. ``config_dir`` (the folder of the config file that
+    set ``rewards``) is searched first for ``module:function`` specs.
     """
     if not reward_cfgs:
         raise ValueError("no rewards configured: 'rewards' needs at least one entry with 'fn'")
@@ -412,7 +414,7 @@ def build_reward_suite(
                 raise ValueError(f"{where}: unknown keys {', '.join(unknown)} (allowed: {allowed})")
         spec = _cfg_get(cfg, "fn")
         try:
-            fn = resolve_reward_fn(spec, base_dir)
+            fn = resolve_reward_fn(spec, base_dir if base_dir is not None else module_search_dir(spec, config_dir))
         except RewardResolveError as exc:
             raise RewardResolveError(f"{where}: {exc}") from exc
         weight = _cfg_get(cfg, "weight", 1.0)

@@ -106,7 +106,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         model, tokenizer = load_model_and_tokenizer(cfg)
         dataset = load_prompt_dataset(cfg)
         try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards],
+            suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
                                        max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
