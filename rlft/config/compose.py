@@ -305,16 +305,57 @@ def anchor_paths(data: dict, base_dir: Path) -> None:
 
 
 def _resolve_interpolations(composed: Composed) -> dict:
-    """Resolve OmegaConf `${a.b}` interpolations only when a layer uses them (keeps start-up light)."""
+    """Resolve OmegaConf `${a.b}` interpolations in every layer (only when one is used: keeps start-up
+    light), except in `rewards[].kwargs`: those are the reward function's own arguments (templates such as
+    `Answer: ${answer}`, regexes) and reach it exactly as written, `$` and backslashes included."""
     data = composed.data
     if "${" not in repr(data):
         return data
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    verbatim: dict[int, Any] = {}
+    rewards = data.get("rewards")
+    if isinstance(rewards, list):
+        for i, item in enumerate(rewards):
+            if isinstance(item, dict) and "kwargs" in item:
+                verbatim[i] = item["kwargs"]
+        data = {**data, "rewards": [{k: v for k, v in item.items() if k != "kwargs"} if i in verbatim else item
+                                    for i, item in enumerate(rewards)]}
+    if "${" not in repr(data):
+        return composed.data
     try:
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
+        resolved = OmegaConf.to_container(OmegaConf.create(data), resolve=True)
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
         raise ConfigError([Problem(key or "(interpolation)", composed.layer_of(key) if key else "config",
-                                   f"interpolation failed: {str(exc).splitlines()[0]}")]) from None
+                                   _interpolation_message(exc, _value_at(data, key)))]) from None
+    for i, kwargs in verbatim.items():
+        resolved["rewards"][i]["kwargs"] = kwargs  # type: ignore[index]
+    return resolved  # type: ignore[return-value]
+
+
+def _value_at(data: Any, key: str) -> Any:
+    """The raw value at an OmegaConf full key such as `rewards[0].name` (None when absent)."""
+    node = data
+    for part in re.findall(r"[^.\[\]]+", key):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def _interpolation_message(exc: Exception, value: Any) -> str:
+    """What failed, and how to write the text literally when no config key was meant."""
+    first = str(exc).splitlines()[0]
+    text = f"interpolation failed: {first}. `${{a.b}}` in a config value refers to the config key a.b"
+    refs = re.findall(r"(?<!\\)\$\{[^}]*\}", value) if isinstance(value, str) else []
+    if refs:
+        escaped = ", ".join(f"`\\{r}`" for r in dict.fromkeys(refs))
+        text += f"; to keep {', '.join(f'`{r}`' for r in dict.fromkeys(refs))} as literal text write {escaped}"
+    else:
+        text += "; to keep `${...}` as literal text write `\\${...}`"
+    return text + " (rewards[].kwargs are never interpolated)"
