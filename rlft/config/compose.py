@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -85,8 +86,72 @@ def _key_lines(node, prefix: str, out: dict[str, int], dups: list[tuple[str, int
             _key_lines(v, path + ".", out, dups)
 
 
-def parse_yaml_text(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
+# A config file is a few hundred lines; caps keep a pasted data file or an alias bomb
+# ("billion laughs") from taking minutes and gigabytes before the user hears what is wrong.
+MAX_CONFIG_BYTES = 1_000_000
+MAX_YAML_NODES = 100_000  # scalars, lists and mappings after expanding every alias
+
+
+def _expanded_size(root: yaml.Node, name: str) -> None:
+    """Raise ConfigError when the document, with every alias expanded, exceeds MAX_YAML_NODES
+    (or an alias refers to its own ancestor); counted without expanding anything."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise ConfigError([Problem("(yaml)", f"{name}:{node.start_mark.line + 1}",
+                                       "a YAML alias refers to a node that contains it (recursive alias)")])
+        on_path.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += size(child)
+                if total > MAX_YAML_NODES:
+                    break
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                total += size(k) + size(v)
+                if total > MAX_YAML_NODES:
+                    break
+        on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 20_000))
+    try:
+        total = size(root)
+    except RecursionError:
+        total = MAX_YAML_NODES + 1
+    finally:
+        sys.setrecursionlimit(old_limit)
+    if total > MAX_YAML_NODES:
+        raise ConfigError([Problem("(yaml)", name, f"the document expands to more than {MAX_YAML_NODES:,} values "
+                                   "once its aliases (*name) are expanded (or nests too deeply); a config needs far "
+                                   "fewer: check the anchors (&name) and aliases")])
+
+
+def _compose_yaml(text: str, name: str) -> tuple[yaml.Node | None, Any]:
+    """Parse YAML text into (node, data), refusing alias bombs before anything is built."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _expanded_size(node, name)
+        data = loader.construct_document(node) if node is not None else None
+    except RecursionError:
+        raise ConfigError([Problem("(yaml)", name, "the document nests too deeply to be a config")]) from None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def parse_yaml_text(text: str, name: str = CLI_LAYER) -> Any:
+    return _compose_yaml(text, name)[1]
 
 
 def load_layer(path: Path, name: str | None = None) -> Layer:
@@ -97,16 +162,18 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
         what = "is a directory, not a config file" if path.is_dir() else "config file not found"
         raise ConfigError([Problem(name, name, f"{what}: {path}")])
     try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConfigError([Problem("(file)", name, f"cannot read the file: {exc.strerror or exc}")]) from None
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([Problem("(file)", name, f"config file is {size / 1e6:.1f} MB; rlft reads config files of "
+                                   f"at most {MAX_CONFIG_BYTES / 1e6:g} MB (data belongs in a file named by data.train)")])
+    try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as exc:
         raise ConfigError([Problem("(file)", name, f"cannot read the file as UTF-8 text: {exc}")]) from None
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        node, data = _compose_yaml(text, name)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
