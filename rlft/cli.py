@@ -135,6 +135,9 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
+    from rlft.monitor.streams import protect_std_streams
+
+    protect_std_streams()  # `rlft train ... | head`: a closed pipe must not stop training
     from rlft.stages import StageNotBuilt, get_runner
 
     if hw == "auto":
