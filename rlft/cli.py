@@ -4,6 +4,7 @@ are imported only inside the commands that train or inspect the environment, so 
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -158,10 +159,11 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         _err(f"error: {p}")
     if problems:
         raise typer.Exit(2)
-    from rlft.run import RunError, RunOptions, prepare_run_dir
+    from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)
     try:
+        check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):
             from rlft.launch import launch
 
@@ -177,6 +179,13 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        # a read-only folder (output, cache, data) is the user's to fix, not an rlft crash
+        _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
+             f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+        raise typer.Exit(2)
     raise typer.Exit(code or 0)
 
 
