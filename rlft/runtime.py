@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -91,10 +92,14 @@ class RunContext:
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
         self.extra_state: dict = {}
+        self.exit_code: int | None = None  # set by train(); None at exit means the run failed
+        self.steps = 0
+        self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
         quiet_libraries(self.opts.verbose)
+        self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
         if self.opts.resume:
             self.resume_from = self._resolve_resume()
@@ -110,7 +115,24 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
+        if self.rank == 0 and hasattr(self, "run"):
+            self.write_summary(None if exc_type is not None else self.exit_code,
+                               error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
         return False
+
+    def write_summary(self, code: int | None, error: str | None = None) -> None:
+        """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
+        from rlft.monitor.summary import last_metrics, status_for, write_summary
+
+        extra = {"exit_code": code if code is not None else 1}
+        if error:
+            extra["error"] = error[:2000]
+        try:
+            write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
+                          steps=self.steps, wall_s=time.monotonic() - self.started,
+                          last=last_metrics(self.run.metrics), eval=self.eval, **extra)
+        except OSError as e:
+            print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
 
     def _resolve_resume(self) -> Path | None:
         changed = breaking_changes(self.run, self.cfg)
@@ -167,6 +189,11 @@ class RunContext:
 
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer) -> int:
+        self.exit_code = self._train(trainer, tokenizer)
+        self.steps = trainer.state.global_step
+        return self.exit_code
+
+    def _train(self, trainer, tokenizer) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
