@@ -120,21 +120,25 @@ class ORPOConfig:
 
 @dataclass
 class RSSFTConfig:
-    num_samples_per_prompt: int = F(4, "Completions sampled per prompt; the best are kept.", ge=1, le=256)
-    reward_threshold: float = F(0.6, "Keep samples whose total reward is above this.")
+    num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=["best", "above_threshold"])
+    reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
+    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
+    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
-    max_samples: int = F(20000, "Cap on the filtered dataset size.", ge=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
 
 
 @dataclass
 class AWRConfig:
-    advantage_beta: float = F(5.0, "Temperature of exp(advantage / beta) weights (1-10).", gt=0, le=100)
-    normalize_advantage: bool = F(True, "Normalise advantages before weighting.")
-    clip_advantage: float = F(10.0, "Maximum advantage weight.", gt=0)
-    num_samples_per_prompt: int = F(8, "Completions sampled per prompt.", ge=1, le=256)
+    advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / tau).", gt=0, le=100)
+    normalize_advantage: bool = F(True, "Normalise advantages to mean 0, std 1 over the whole sampled set before weighting.")
+    clip_advantage: float = F(10.0, "Maximum weight of one sample (weights above are clipped to it).", gt=0)
+    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=["group_mean", "global_mean"])
+    num_samples_per_prompt: int = F(8, "Completions sampled per prompt of data.train.", ge=1, le=256)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
 
 
