@@ -36,3 +36,17 @@ def test_advantage_beta_help_says_beta_multiplies():
     text = leaf_specs()["awr.advantage_beta"].help
     assert "exp(beta * advantage" in text and "1/tau" in text
     assert "advantage / beta" not in text
+
+
+def test_awr_ess_rule_warns_below_threshold_for_awr_only():
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from rlft.config.schema import MonitorConfig
+    from rlft.monitor.health import evaluate_rules
+
+    fire = lambda stage, ess: [f.rule for f in evaluate_rules({"ess": ess}, SimpleNamespace(stage=stage, monitor=MonitorConfig()))]  # noqa: E731
+    assert fire("awr", 0.05) == ["awr_ess"]
+    assert fire("awr", 0.2) == [] and fire("rs_sft", 0.05) == [] and fire("grpo", 0.05) == []
+    f = evaluate_rules({"ess": 0.05}, SimpleNamespace(stage="awr", monitor=MonitorConfig()))[0]
+    assert f.level == "warning" and f.threshold == 0.1

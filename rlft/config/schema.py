@@ -93,6 +93,7 @@ class DataConfig:
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
+    eval_prompts: int = F(16, "Sampling stages (RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -129,6 +130,7 @@ class RSSFTConfig:
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
@@ -141,6 +143,8 @@ class AWRConfig:
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    rounds: int = F(1, "Sample -> weight -> train rounds, each sampling from the policy the previous round trained.", ge=1, le=100)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
@@ -222,6 +226,7 @@ class MonitorConfig:
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
+    ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights collapsed onto a few samples.", ge=0, le=1)
     log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
 
 
