@@ -187,6 +187,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     gs = g("grpo.group_size")
     if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
         err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
+    if c.stage == "awr" and g("awr.baseline") == "group_mean" and g("awr.num_samples_per_prompt") == 1:
+        err("awr.num_samples_per_prompt", "1 sample per prompt with awr.baseline group_mean gives every advantage 0 "
+            "(each sample is its own group's mean): no learning signal. Sample 2 or more per prompt, or set "
+            "awr.baseline=global_mean")
     section = STAGE_SPECS[c.stage].section
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
         mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")

@@ -298,8 +298,11 @@ class RewardSuite:
         prompts: list[Any],
         completions: list[Any],
         columns: Mapping[str, list[Any]] | None = None,
+        count: bool = True,
     ) -> RewardScores:
-        """Score a batch; raises :class:`RewardFailureError` when the guard trips."""
+        """Score a batch; raises :class:`RewardFailureError` when the guard trips. With
+        ``count=False`` the batch is not counted toward the guard (the caller reports the
+        totals through :meth:`record`, e.g. once per gathered multi-process batch)."""
         n = len(completions)
         columns = dict(columns or {})
         for key, values in columns.items():
@@ -317,9 +320,8 @@ class RewardSuite:
         for name, scores in per_fn.items():
             self._window_scores[name].extend(s for s in scores if s is not None)
         self._window_totals.extend(t for t in total if t is not None)
-        self.seen += n
-        self.unscored += sum(1 for t in total if t is None)
-        self._check_guard()
+        if count:
+            self.record(n, sum(1 for t in total if t is None))
         return RewardScores(per_fn=per_fn, total=total, valid=[t is not None for t in total])
 
     def metrics(self) -> dict[str, float]:

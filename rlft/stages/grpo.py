@@ -63,14 +63,17 @@ TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", 
 
 
 def trl_reward_funcs(suite):
-    """One TRL reward callable per rlft reward; failures become None (TRL's 'no score')."""
-    from rlft.trainers.grpo import _text
+    """One TRL reward callable per rlft reward (TRL takes their names and count); failures become None
+    (TRL's 'no score'). RlftGRPOTrainer scores through the suite itself (rlft.rollout.score_texts), so
+    these run only if TRL calls them directly."""
+    from rlft.data.messages import as_text
+    from rlft.trainers.grpo import NOT_REWARD_COLUMNS
 
     funcs = []
     for safe in suite.rewards:
         def fn(prompts, completions, _safe=safe, **kwargs):
-            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
-            return _safe([_text(p) for p in prompts], [_text(c) for c in completions], **columns)
+            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS and k not in NOT_REWARD_COLUMNS}
+            return _safe([as_text(p) for p in prompts], [as_text(c) for c in completions], **columns)
         fn.__name__ = safe.name
         funcs.append(fn)
     return funcs
