@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 
 HEADLINE = {
     "grpo": ["reward", "kl_policy_ref", "entropy", "completion_length", "loss"],
+    "ppo": ["reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"],
     "dpo": ["loss", "rewards/accuracies", "rewards/margins"],
     "orpo": ["loss", "rewards/accuracies", "log_odds_ratio"],
 }

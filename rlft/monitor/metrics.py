@@ -16,6 +16,9 @@ RENAMES = {
 REQUIRED = {
     "grpo": ["reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
              "kl_policy_ref", "kl_coef", "entropy", "completion_length", "grad_norm", "learning_rate"],
+    "ppo": ["reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+            "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
+            "completion_length", "episodes", "grad_norm", "learning_rate"],
     "dpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "grad_norm",
             "learning_rate"],
     "orpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "log_odds_ratio",

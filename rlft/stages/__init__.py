@@ -8,6 +8,7 @@ RUNNERS: dict[str, str] = {
     "grpo": "rlft.stages.grpo:run",
     "dpo": "rlft.stages.dpo:run",
     "orpo": "rlft.stages.orpo:run",
+    "ppo": "rlft.stages.ppo:run",
 }
 EXPERIMENTAL = {"orpo"}  # wraps trl.experimental
 
