@@ -168,6 +168,17 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     pb, pm = g("ppo.batch_size"), g("ppo.mini_batch_size")
     if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
         err("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
+    elif c.stage == "ppo" and isinstance(pb, int) and isinstance(pm, int) and isinstance(g("train.gradient_accumulation_steps"), int):
+        step = pm * g("train.gradient_accumulation_steps")
+        if step < pb and pb % step:
+            err("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
+                f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
+    if c.stage == "ppo" and g("ppo.value_model") == "separate":
+        err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
+            "(a value head on the policy's backbone)")
+    if c.stage == "ppo" and g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
+        err("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is not "
+            "supported (generation and the value head on sharded weights are not built); use --hw ddp")
     ref = g("model.ref")
     for key in ("grpo.kl_penalty_coef", "ppo.init_kl_coef"):
         stage = key.partition(".")[0]
