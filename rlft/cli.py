@@ -74,7 +74,11 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
+        from rlft.config.init_from import describe_reference
+
         typer.echo(schedule_summary(cfg))
+        typer.echo(f"# reference (model.ref={cfg.model.ref}): "
+                   f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
 
 @app.command("list")

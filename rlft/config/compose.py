@@ -176,6 +176,11 @@ class Composed:
     layers: list[Layer]
     stage: str
     hw: str
+    profile_layers: int = 3  # base, stage and hardware profiles come first; later layers are the user's
+
+    def set_by_user(self, path: str) -> bool:
+        """Whether a layer after rlft's own profiles set `path` (a user file, pipeline entry or override)."""
+        return any(path in layer.flat for layer in self.layers[self.profile_layers:])
 
     def layer_of(self, path: str) -> str:
         """The layer (with line) that last set `path`, or 'default' when no layer set it.
