@@ -225,8 +225,13 @@ def _choose(kind: str, value: str, valid: tuple[str, ...]) -> Problem | None:
     return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint or '.'} Valid: {', '.join(valid)}")
 
 
-def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> Composed:
-    """Load and merge all layers. Raises ConfigError listing every problem found while loading."""
+def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
+            before_files: Iterable[Layer] = (), after_files: Iterable[Layer] = (),
+            last: Iterable[Layer] = ()) -> Composed:
+    """Load and merge all layers. Raises ConfigError listing every problem found while loading.
+
+    Order: base < stage profile < hardware profile < `before_files` < each file < `after_files` <
+    overrides < `last` (the extra layers are in-memory ones, e.g. a pipeline's defaults and entries)."""
     problems = [p for p in (_choose("stage", stage, STAGES), _choose("hw", hw, HARDWARE)) if p]
     if problems:
         raise ConfigError(problems)
@@ -242,10 +247,14 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
         layer.profile = i < 3  # base, stage and hardware profiles come first
         anchor_paths(layer.data, Path(path).resolve().parent)
         layers.append(layer)
+        if len(layers) == 3:  # after the three profiles
+            layers.extend(before_files)
+    layers.extend(after_files)
     try:
         layers.append(parse_overrides(overrides))
     except ConfigError as exc:
         problems.extend(exc.problems)
+    layers.extend(last)
     if problems:
         raise ConfigError(problems)
     merged: dict = {}
