@@ -32,7 +32,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 @dataclass
 class ModelConfig:
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
-    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the base model (adapter disabled with LoRA), a checkpoint path, or null = none.")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled with LoRA), `init` = the model this stage starts from (with model.init_from; the default there), a checkpoint path, or null = none.")
+    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, adapter and tokenizer are loaded; model.name_or_path defaults to that run's base.")
+    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a fresh LoRA; `continue` = keep training the same adapter.", choices=["merge", "continue"])
+    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a chain of runs can be traced back.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
     tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
