@@ -9,21 +9,22 @@ import logging
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir, RunError, RunOptions, prepare_run_dir
+from rlft.config.stages import get_spec
+from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step, prepare_run_dir
 
 log = logging.getLogger("rlft")
-COMPLETE_MARKER = "rlft_complete"
 RLFT_STATE = "rlft_state.json"
-# keys whose change makes a checkpoint meaningless (shapes, data order, the objective)
+# keys whose change makes a checkpoint meaningless (shapes, data order, the objective); each stage's
+# own keys come from its StageSpec.resume_breaking
 RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
                    "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
-                   "data.train", "grpo.group_size", "grpo.batch_size", "grpo.num_substeps", "ppo.batch_size",
-                   "ppo.mini_batch_size", "ppo.value_model", "hw.num_processes")
+                   "data.train", "hw.num_processes")
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -43,21 +44,6 @@ def quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def checkpoint_step(path: Path) -> int:
-    try:
-        return int(path.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def complete_checkpoints(run: RunDir) -> list[Path]:
-    """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
-    if not run.checkpoints.is_dir():
-        return []
-    found = [p for p in run.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -67,7 +53,8 @@ def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
         return []
     old = flatten(yaml.safe_load(run.config.read_text()) or {})
     new = flatten(asdict(cfg))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in RESUME_BREAKING if k in old and old.get(k) != new.get(k)]
+    keys = RESUME_BREAKING + get_spec(cfg.stage).resume_breaking
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if k in old and old.get(k) != new.get(k)]
 
 
 class _Interrupt:
@@ -98,20 +85,28 @@ class _Interrupt:
 class RunContext:
     """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, own_resume: bool = False):
         self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.own_resume = own_resume  # the stage picks its checkpoints itself (e.g. one folder per round)
         self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
         self.extra_state: dict = {}
+        self.exit_code: int | None = None  # set by train(); None at exit means the run failed
+        self.steps = 0
+        self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
         quiet_libraries(self.opts.verbose)
+        self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
         if self.opts.resume:
-            self.resume_from = self._resolve_resume()
+            if self.own_resume:
+                self._check_resume_config()
+            else:
+                self.resume_from = self._resolve_resume()
         self.interrupt.install()
         if self.cfg.hw.cpu_threads:
             import torch
@@ -124,15 +119,48 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
+        if self.rank == 0 and hasattr(self, "run"):
+            if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                self.write_summary(exc.exit_code, error=str(exc))
+            else:
+                self.write_summary(None if exc_type is not None else self.exit_code,
+                                   error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
         return False
 
-    def _resolve_resume(self) -> Path | None:
+    def write_summary(self, code: int | None, error: str | None = None) -> None:
+        """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
+        from rlft.monitor.summary import last_metrics, status_for, write_summary
+
+        extra = {"exit_code": code if code is not None else 1}
+        if error:
+            extra["error"] = error[:2000]
+        try:
+            write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
+                          steps=self.steps, wall_s=time.monotonic() - self.started,
+                          last=last_metrics(self.run.metrics), eval=self.eval, **extra)
+        except OSError as e:
+            print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
+
+    def _check_resume_config(self) -> None:
         changed = breaking_changes(self.run, self.cfg)
         if changed:
             raise RunError("cannot resume: these settings changed since the run started and would break its "
                            "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
+
+    def newest_checkpoint(self, folder: Path) -> Path | None:
+        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
+        good = sorted((p for p in Path(folder).glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+                      key=checkpoint_step) if Path(folder).is_dir() else []
+        if not good:
+            return None
+        state_file = good[-1] / RLFT_STATE
+        self.extra_state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+        return good[-1]
+
+    def _resolve_resume(self) -> Path | None:
+        self._check_resume_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
-        good = complete_checkpoints(self.run)
+        good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
@@ -186,7 +214,13 @@ class RunContext:
             trainer.load_rlft_extra_state(self.extra_state["trainer"])
 
     # -- training ------------------------------------------------------------------------------
-    def train(self, trainer, tokenizer) -> int:
+    def train(self, trainer, tokenizer, *, final: bool = True) -> int:
+        """Train to the end; `final=False` (an intermediate round) leaves final/ unwritten."""
+        self.exit_code = self._train(trainer, tokenizer, final)
+        self.steps = trainer.state.global_step
+        return self.exit_code
+
+    def _train(self, trainer, tokenizer, final: bool = True) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
@@ -215,11 +249,12 @@ class RunContext:
             self.console.close()
         if self.interrupt.signal is not None:
             step = trainer.state.global_step
-            print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
+            print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
                   f"Resume with the same command plus --resume", file=sys.stderr)
             return 128 + int(self.interrupt.signal)
         self.check_ranks_in_sync(trainer)
-        self.save_final(trainer, tokenizer)
+        if final:
+            self.save_final(trainer, tokenizer)
         return 0
 
     def check_ranks_in_sync(self, trainer) -> None:
@@ -248,7 +283,7 @@ class RunContext:
         """Write rlft's state and the completion marker last: resume only trusts marked checkpoints."""
         if not trainer.args.should_save:
             return
-        path = self.run.checkpoints / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")

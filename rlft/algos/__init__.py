@@ -1,4 +1,4 @@
-"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control."""
+"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule."""
 
 from rlft.algos.advantages import (
     BASELINE_MODES,
@@ -7,6 +7,16 @@ from rlft.algos.advantages import (
     get_baseline,
     group_advantages,
     register_baseline,
+)
+from rlft.algos.awr import (
+    AWR_BASELINES,
+    awr_advantages,
+    awr_metrics,
+    awr_weights,
+    effective_sample_size,
+    fraction_clipped,
+    normalize_advantages,
+    weighted_nll,
 )
 from rlft.algos.kl import (
     discounted_future_sum,
@@ -24,6 +34,7 @@ from rlft.algos.kl_control import (
     adaptive_kl_update,
     make_kl_controller,
 )
+from rlft.algos.rejection import KEEP_RULES, keep_mask
 from rlft.algos.ppo import (
     clipped_surrogate,
     clipped_value_loss,
@@ -38,6 +49,16 @@ from rlft.algos.ppo import (
 )
 
 __all__ = [
+    "AWR_BASELINES",
+    "KEEP_RULES",
+    "awr_advantages",
+    "awr_metrics",
+    "awr_weights",
+    "effective_sample_size",
+    "fraction_clipped",
+    "keep_mask",
+    "normalize_advantages",
+    "weighted_nll",
     "BASELINE_MODES",
     "KL_PENALTIES",
     "clipped_surrogate",

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional, get_args, get_origin, get_type_hints
 
-STAGES = ("grpo", "ppo", "dpo", "orpo", "rs_sft", "awr")
+from rlft.config.stages import STAGES, sampling_stages
+
 HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
-SAMPLING_STAGES = ("grpo", "ppo", "rs_sft", "awr")  # stages that generate and score completions
+SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
 def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,
@@ -71,7 +72,7 @@ class TrainConfig:
     fp16: bool = F(False, "float16 mixed precision (fallback where bf16 is unsupported).")
     tf32: Optional[bool] = F(None, "TF32 matmuls on Ampere+ GPUs (null = library default).")
     gradient_checkpointing: bool = F(False, "Recompute activations to save memory.")
-    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens.", ge=8)
+    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens; sampling stages fit prompts into it minus the completion budget (data.too_long).", ge=8)
     dataloader_num_workers: int = F(0, "Data-loading worker processes.", ge=0, le=64)
     seed: int = F(42, "Random seed for reproducibility.", ge=0)
     output_dir: Optional[str] = F(None, "Run folder; null = runs/<stage>-<timestamp>.")
@@ -92,6 +93,8 @@ class DataConfig:
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
+    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
+    eval_prompts: int = F(16, "Sampling stages (RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -100,6 +103,7 @@ class RewardConfig:
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
     name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
+    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions get no score (counted as errors); null = no limit, called in the main thread.", gt=0)
 
 
 @dataclass
@@ -120,22 +124,29 @@ class ORPOConfig:
 
 @dataclass
 class RSSFTConfig:
-    num_samples_per_prompt: int = F(4, "Completions sampled per prompt; the best are kept.", ge=1, le=256)
-    reward_threshold: float = F(0.6, "Keep samples whose total reward is above this.")
+    num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=["best", "above_threshold"])
+    reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
+    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
+    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
-    max_samples: int = F(20000, "Cap on the filtered dataset size.", ge=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
 class AWRConfig:
-    advantage_beta: float = F(5.0, "Temperature of exp(advantage / beta) weights (1-10).", gt=0, le=100)
-    normalize_advantage: bool = F(True, "Normalise advantages before weighting.")
-    clip_advantage: float = F(10.0, "Maximum advantage weight.", gt=0)
-    num_samples_per_prompt: int = F(8, "Completions sampled per prompt.", ge=1, le=256)
+    advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / tau).", gt=0, le=100)
+    normalize_advantage: bool = F(True, "Normalise advantages to mean 0, std 1 over the whole sampled set before weighting.")
+    clip_advantage: float = F(10.0, "Maximum weight of one sample (weights above are clipped to it).", gt=0)
+    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=["group_mean", "global_mean"])
+    num_samples_per_prompt: int = F(8, "Completions sampled per prompt of data.train.", ge=1, le=256)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    rounds: int = F(1, "Sample -> weight -> train rounds, each sampling from the policy the previous round trained.", ge=1, le=100)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
@@ -218,13 +229,14 @@ class MonitorConfig:
     kl_critical: float = F(0.3, "KL to the reference above this is critical.", gt=0)
     entropy_critical: float = F(1.0, "Policy entropy below this is critical (PPO/GRPO).", ge=0)
     kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
+    ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights collapsed onto a few samples.", ge=0, le=1)
     on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
     on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
     on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
-    log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
+    log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
 
 
 @dataclass
