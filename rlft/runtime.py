@@ -171,6 +171,8 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
+        if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
+            target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
@@ -200,12 +202,16 @@ class RunContext:
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None:
             state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
+            state["trainer"] = trainer.rlft_extra_state()
         return state
 
     def load_rlft_state(self, trainer) -> None:
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None and "kl_controller" in self.extra_state:
             kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
+            trainer.load_rlft_extra_state(self.extra_state["trainer"])
 
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer, *, final: bool = True) -> int:
