@@ -66,8 +66,8 @@ def test_max_seq_length_must_leave_room_for_the_prompt():
     assert res.returncode == 2 and "leaves no room for the prompt" in res.stderr
 
 
-@pytest.mark.parametrize("stage", ["rs_sft", "awr"])
-def test_sampling_sft_stages_check_prompt_length_and_reward_columns_first(tmp_path, stage):
+@pytest.mark.parametrize("stage", ["rs_sft", "awr", "ppo"])
+def test_other_sampling_stages_check_prompt_length_and_reward_columns_first(tmp_path, stage):
     rows = [{"prompt": "Repeat the letter z:", "target": "z"}, {"prompt": "y " * 500, "target": "y"}]
     data = _data(tmp_path, rows)
     out = tmp_path / "run"

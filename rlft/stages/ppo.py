@@ -79,36 +79,41 @@ def _rows(cfg: RlftConfig, key: str):
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.runtime import RunContext
+    from rlft.models.loading import load_tokenizer, resolve_model_path
+    from rlft.rewards import RewardResolveError, build_reward_suite
+    from rlft.runtime import RunContext, quiet_libraries
+    from rlft.stages.prompt_data import prepare_prompt_data
 
+    quiet_libraries(opts.verbose)
+    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
+    try:
+        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    model_path = resolve_model_path(cfg)
+    tokenizer = load_tokenizer(model_path, cfg)
+    train_rows = prepare_prompt_data(cfg, tokenizer, suite).to_list()
+    eval_rows = _rows(cfg, "eval") or train_rows
     with RunContext(cfg, composed, opts) as ctx:
         import sys
 
         from peft import get_peft_model
 
-        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
+        from rlft.models.loading import load_causal_lm, load_reference, lora_config
         from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
-        from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.ppo import RlftPPOTrainer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        model = load_causal_lm(model_path, cfg)
         if cfg.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_cfg = lora_config(cfg, model)
         policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
         wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
-        train_rows = _rows(cfg, "train")
-        eval_rows = _rows(cfg, "eval") or train_rows
-        try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
         if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
-            from rlft.models.loading import load_causal_lm, resolve_model_path
-
-            ref = load_causal_lm(resolve_model_path(cfg), cfg).eval().requires_grad_(False)
+            ref = load_causal_lm(model_path, cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
             print(interval_note(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
