@@ -196,6 +196,7 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
 pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
                            no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
+USES_REFERENCE = ("grpo", "ppo", "dpo")  # stages that measure KL or preferences against a frozen model
 PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
 PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<number or name>.KEY=VALUE for one.")
 PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
@@ -235,7 +236,10 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
     pipe, checked = _load_pipeline(path, overrides, hw)
     for i, (entry, cfg, composed, _) in enumerate(checked):
         typer.echo(f"# ---- {entry.label}: {entry.stage}, hw {entry.hw or hw}, run folder {pipe.stage_dir(entry)}")
-        if i and not cfg.model.init_from and not entry.sets_init_from:
+        if entry.stage not in USES_REFERENCE:
+            typer.echo(f"# reference: none ({entry.stage} uses no reference model)"
+                       + (f"; starts from {checked[i - 1][0].label}" if i and not entry.sets_init_from else ""))
+        elif i and not cfg.model.init_from and not entry.sets_init_from:
             prev = checked[i - 1][0]
             typer.echo(f"# starts from {prev.label} ({pipe.stage_dir(prev)}), set when that stage has finished; "
                        f"reference: {describe_reference('init', pipe.stage_dir(prev), cfg.model.init_mode)}"
