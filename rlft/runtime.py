@@ -109,8 +109,12 @@ class RunContext:
     def __enter__(self) -> "RunContext":
         quiet_libraries(self.opts.verbose)
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
-        if self.opts.resume:
-            self.resume_from = self._resolve_resume()
+        try:
+            if self.opts.resume:
+                self.resume_from = self._resolve_resume()
+        except BaseException:
+            self.run.release()
+            raise
         self.interrupt.install()
         if self.cfg.hw.cpu_threads:
             import torch
@@ -123,6 +127,12 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
+        run = getattr(self, "run", None)
+        if run is not None:
+            if run.replaced is not None and self.rank == 0:
+                print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
+                      f"checkpoint); move it back or delete it", file=sys.stderr)
+            run.release()
         return False
 
     def _resolve_resume(self) -> Path | None:
@@ -245,6 +255,7 @@ class RunContext:
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")
+            self.run.drop_replaced()
 
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
@@ -257,4 +268,5 @@ class RunContext:
             if self.run.final.exists():
                 shutil.rmtree(self.run.final)
             tmp.rename(self.run.final)
+            self.run.drop_replaced()
             print(f"rlft: done at step {trainer.state.global_step}; final model in {self.run.final}", file=sys.stderr)

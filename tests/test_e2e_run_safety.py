@@ -1,0 +1,94 @@
+"""Run-folder safety through the CLI on the tiny model: nothing a user has is lost by --overwrite,
+a second run on the same folder, a kill during a save, a damaged checkpoint or a resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, read_jsonl, run_cli
+
+pytestmark = pytest.mark.e2e
+DEMO = "configs/examples/grpo_demo.yaml"
+
+
+def _args(out, *extra):
+    return ["train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *extra]
+
+
+def _train(out, *extra, env=None):
+    return run_cli(*_args(out, *extra), env=env)
+
+
+def _start(out, *extra):
+    return subprocess.Popen([sys.executable, "-m", "rlft.cli", *_args(out, *extra)], cwd=ROOT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(proc, cond, what, timeout=300):
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, f"run ended before {what}: {proc.stderr.read()[-2000:]}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _metric_rows(out):
+    path = out / "metrics.jsonl"
+    return read_jsonl(path) if path.exists() else []
+
+
+def test_overwrite_keeps_old_run_until_new_run_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    old = tmp_path / "run.old"
+    assert _train(out, "train.max_steps=2").returncode == 0
+    # a replacement run that dies before its first checkpoint leaves the finished run intact
+    proc = _start(out, "train.max_steps=30", "train.save_steps=100", "--overwrite")
+    _wait_for(proc, lambda: old.exists() and len(_metric_rows(out)) >= 1, "its first step")
+    proc.kill()
+    proc.communicate()
+    assert (old / "final" / "adapter_model.safetensors").is_file()
+    assert not (out / "checkpoints" / "checkpoint-1").exists()
+    # a second --overwrite must not clobber the kept copy
+    res = _train(out, "train.max_steps=2", "--overwrite")
+    assert res.returncode == 2 and "run.old already exists" in res.stderr and "Traceback" not in res.stderr
+    assert (old / "final").is_dir()
+    # put it back, replace it properly: the old copy goes once the new run has a checkpoint
+    import shutil
+
+    shutil.rmtree(out)
+    old.rename(out)
+    res = _train(out, "train.max_steps=2", "train.save_steps=1", "--overwrite")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "moved the existing run to" in res.stderr and "deleted the replaced run" in res.stderr
+    assert not old.exists() and (out / "final").is_dir()
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
+
+
+def test_second_run_on_a_busy_folder_is_refused(tmp_path):
+    out = tmp_path / "run"
+    proc = _start(out, "train.max_steps=500", "train.save_steps=1")
+    try:
+        _wait_for(proc, lambda: (out / "checkpoints" / "checkpoint-1" / "rlft_complete").exists(), "a checkpoint")
+        for extra in (["--resume"], ["--overwrite"], []):
+            res = _train(out, "train.max_steps=40", *extra)
+            assert res.returncode == 2, (extra, res.stderr[-2000:])
+            assert f"in use by another rlft run (pid {proc.pid} on host" in res.stderr, res.stderr[-2000:]
+            assert "Traceback" not in res.stderr
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert not (tmp_path / "run.old").exists()
+    # the killed run's lock is stale: a resume takes it over and continues
+    from rlft.runtime import checkpoint_step, complete_checkpoints
+    from rlft.run import RunDir
+
+    newest = checkpoint_step(complete_checkpoints(RunDir(out))[-1])
+    res = _train(out, f"train.max_steps={newest + 1}", "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"taking over a stale lock" in res.stderr and f"pid {proc.pid}" in res.stderr
+    assert not (out / ".rlft.lock").exists()  # released at the end
