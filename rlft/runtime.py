@@ -103,6 +103,7 @@ class RunContext:
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
+        self.final_only = False  # resume of a run killed during its final save: only redo that save
         self.extra_state: dict = {}
 
     # -- set-up --------------------------------------------------------------------------------
@@ -152,6 +153,12 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
+        if target > 0 and step >= target and not self.run.final.is_dir():
+            # killed during the final save (final/ appears only by a rename once complete): do it again
+            print(f"rlft: {self.run.root} reached step {step} but its final model was not saved completely; "
+                  f"saving it again from {newest.name}", file=sys.stderr)
+            self.final_only = True
+            return newest
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
@@ -199,6 +206,14 @@ class RunContext:
         self.trainer = trainer
         self.health.attach(trainer, self)
         self.load_rlft_state(trainer)
+        if self.final_only:
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(str(self.resume_from))  # the weights only; nothing left to train
+            trainer.state = TrainerState.load_from_json(str(self.resume_from / "trainer_state.json"))
+            self.console.close()
+            self.save_final(trainer, tokenizer)
+            return 0
         try:
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except RunStopped as exc:
@@ -259,12 +274,14 @@ class RunContext:
 
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
+        import shutil
+
         tmp = self.run.root / "final.tmp"
+        if trainer.args.should_save and tmp.exists():
+            shutil.rmtree(tmp)  # left by a save that was killed half-way
         trainer.save_model(str(tmp))
         if trainer.args.should_save:
             tokenizer.save_pretrained(str(tmp))
-            import shutil
-
             if self.run.final.exists():
                 shutil.rmtree(self.run.final)
             tmp.rename(self.run.final)

@@ -92,3 +92,20 @@ def test_second_run_on_a_busy_folder_is_refused(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"taking over a stale lock" in res.stderr and f"pid {proc.pid}" in res.stderr
     assert not (out / ".rlft.lock").exists()  # released at the end
+
+
+def test_resume_redoes_a_final_save_that_was_killed(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=2").returncode == 0
+    good = (out / "final" / "adapter_model.safetensors").read_bytes()
+    # the state a kill during the final save leaves: the save went to final.tmp, never renamed, half-written
+    (out / "final").rename(out / "final.tmp")
+    (out / "final.tmp" / "adapter_model.safetensors").write_bytes(good[:100])
+    res = _train(out, "train.max_steps=2", "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "final model was not saved completely" in res.stderr
+    assert (out / "final" / "adapter_model.safetensors").read_bytes() == good  # the checkpoint's weights, exactly
+    assert not (out / "final.tmp").exists()
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]  # nothing trained again
+    again = _train(out, "train.max_steps=2", "--resume")
+    assert again.returncode == 2 and "nothing left to do" in again.stderr
