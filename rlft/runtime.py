@@ -57,6 +57,66 @@ def complete_checkpoints(run: RunDir) -> list[Path]:
     return sorted(found, key=checkpoint_step)
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors it lists."""
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size:
+                raise ValueError
+            header = json.loads(f.read(n))
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return f"{path.name} is truncated or not safetensors ({size} bytes)"
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive; a truncated one has lost its central directory."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK":
+        return f"{path.name} is empty or truncated" if path.stat().st_size < 2 else None  # legacy pickle: unchecked
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError):
+        return f"{path.name} is truncated ({path.stat().st_size} bytes)"
+    return None
+
+
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safetensors.index.json", "adapter_model.bin",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a marked checkpoint cannot be resumed from (missing or truncated files), or None if it looks whole."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        json.loads(state.read_text())
+    except ValueError:
+        return "trainer_state.json is not valid JSON"
+    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("pytorch_model_fsdp*")):
+        return "it holds no model weights"
+    for file in sorted(path.glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    for file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin")]):
+        problem = _torch_file_problem(file)
+        if problem:
+            return problem
+    return None
+
+
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -146,6 +206,13 @@ class RunContext:
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
+        while good and (problem := checkpoint_problem(good[-1])):
+            bad = good.pop()
+            aside = bad.with_name(f"damaged-{bad.name}")  # out of the trainer's checkpoint-* rotation
+            if self.rank == 0:
+                bad.rename(aside)
+            print(f"rlft: WARNING {bad.name} is damaged ({problem}); moved it to {aside} and falling back to "
+                  f"{good[-1].name if good else 'no checkpoint'}", file=sys.stderr)
         if not good:
             if self.run.final.exists():
                 raise RunError(f"nothing left to do: {self.run.root} holds a finished run (final/) and no checkpoint to continue from")

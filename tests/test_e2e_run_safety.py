@@ -109,3 +109,19 @@ def test_resume_redoes_a_final_save_that_was_killed(tmp_path):
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]  # nothing trained again
     again = _train(out, "train.max_steps=2", "--resume")
     assert again.returncode == 2 and "nothing left to do" in again.stderr
+
+
+def test_damaged_newest_checkpoints_fall_back_with_a_warning(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=3", "train.save_steps=1").returncode == 0
+    ckpts = out / "checkpoints"
+    (ckpts / "checkpoint-3" / "trainer_state.json").unlink()
+    weights = ckpts / "checkpoint-2" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-50])  # a save cut short: marker there, tensors not
+    res = _train(out, "train.max_steps=4", "train.save_steps=1", "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    assert "WARNING checkpoint-3 is damaged (trainer_state.json is missing)" in res.stderr
+    assert "WARNING checkpoint-2 is damaged (adapter_model.safetensors is truncated" in res.stderr
+    assert "from step 1 to step 4" in res.stderr
+    assert (ckpts / "damaged-checkpoint-3").is_dir() and (ckpts / "checkpoint-4" / "rlft_complete").is_file()

@@ -47,3 +47,30 @@ def test_stale_lock_of_dead_pid_is_taken_over_with_a_message(tmp_path, capsys):
     assert "taking over a stale lock" in err and f"pid {dead.pid}" in err
     assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     lock.release()
+
+
+def test_checkpoint_problem_names_missing_and_truncated_files(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from rlft.runtime import checkpoint_problem
+
+    ck = tmp_path / "checkpoint-5"
+    ck.mkdir()
+    assert checkpoint_problem(ck) == "trainer_state.json is missing"
+    (ck / "trainer_state.json").write_text("{\"global_step\": ")
+    assert checkpoint_problem(ck) == "trainer_state.json is not valid JSON"
+    (ck / "trainer_state.json").write_text("{\"global_step\": 5}")
+    assert checkpoint_problem(ck) == "it holds no model weights"
+    save_file({"w": torch.ones(64)}, str(ck / "adapter_model.safetensors"))
+    torch.save({"state": torch.ones(64)}, str(ck / "optimizer.pt"))
+    assert checkpoint_problem(ck) is None
+    opt = (ck / "optimizer.pt").read_bytes()
+    (ck / "optimizer.pt").write_bytes(opt[: len(opt) // 2])
+    assert checkpoint_problem(ck).startswith("optimizer.pt is truncated")
+    (ck / "optimizer.pt").write_bytes(opt)
+    w = (ck / "adapter_model.safetensors").read_bytes()
+    (ck / "adapter_model.safetensors").write_bytes(w[:-4])
+    assert checkpoint_problem(ck) == f"adapter_model.safetensors is truncated ({len(w) - 4} of {len(w)} bytes)"
+    (ck / "adapter_model.safetensors").write_bytes(b"\0" * 3)
+    assert "adapter_model.safetensors is truncated or not safetensors" in checkpoint_problem(ck)
