@@ -117,6 +117,32 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
+def drop_rows_after(path: Path, step: int) -> int:
+    """Remove rows of steps after `step` from a jsonl log: a resumed run trains them again and writes them anew."""
+    if not path.is_file():
+        return 0
+    keep, dropped = [], 0
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            row_step = None  # a line cut short by a kill: not a row
+            if not line.strip() or not line.endswith("\n"):
+                dropped += 1
+                continue
+        if isinstance(row_step, (int, float)) and row_step > step:
+            dropped += 1
+        else:
+            keep.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+        print(f"rlft: removed {dropped} row(s) after step {step} from {path.name}: those steps run again",
+              file=sys.stderr)
+    return dropped
+
+
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -229,6 +255,9 @@ class RunContext:
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
+        if self.rank == 0:
+            for path in (self.run.metrics, self.run.completions, self.run.health):
+                drop_rows_after(path, step)
         state_file = newest / RLFT_STATE
         if state_file.is_file():
             self.extra_state = json.loads(state_file.read_text())

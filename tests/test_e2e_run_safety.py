@@ -125,3 +125,25 @@ def test_damaged_newest_checkpoints_fall_back_with_a_warning(tmp_path):
     assert "WARNING checkpoint-2 is damaged (adapter_model.safetensors is truncated" in res.stderr
     assert "from step 1 to step 4" in res.stderr
     assert (ckpts / "damaged-checkpoint-3").is_dir() and (ckpts / "checkpoint-4" / "rlft_complete").is_file()
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def test_replayed_steps_write_one_row_each(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=3", "train.save_steps=2").returncode == 0
+    first = read_jsonl(out / "completions.jsonl")
+    import shutil
+
+    # the state of a run killed after logging step 3 but before its checkpoint: step 3 is trained again
+    shutil.rmtree(out / "checkpoints" / "checkpoint-3")
+    shutil.rmtree(out / "final")
+    res = _train(out, "train.max_steps=3", "train.save_steps=2", "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "from step 2 to step 3" in res.stderr
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
+    again = read_jsonl(out / "completions.jsonl")
+    count = lambda rows: {s: sum(r["step"] == s for r in rows) for s in (1, 2, 3)}
+    assert count(again) == count(first)
+    assert [r["completion"] for r in again] == [r["completion"] for r in first]  # replayed bit-exact
+    steps = [h["step"] for h in read_jsonl(out / "health.jsonl")]
+    assert len(steps) == len(set((h["step"], h["rule"]) for h in read_jsonl(out / "health.jsonl")))
