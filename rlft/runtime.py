@@ -280,6 +280,8 @@ class RunContext:
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
+        if hasattr(trainer, "rlft_state_dict"):
+            return trainer.rlft_state_dict()
         state = {}
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None:
@@ -287,6 +289,11 @@ class RunContext:
         return state
 
     def load_rlft_state(self, trainer) -> None:
+        if not self.extra_state:
+            return
+        if hasattr(trainer, "load_rlft_state_dict"):
+            trainer.load_rlft_state_dict(self.extra_state)
+            return
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None and "kl_controller" in self.extra_state:
             kl_ctl.load_state_dict(self.extra_state["kl_controller"])

@@ -147,3 +147,22 @@ def test_replayed_steps_write_one_row_each(tmp_path):
     assert [r["completion"] for r in again] == [r["completion"] for r in first]  # replayed bit-exact
     steps = [h["step"] for h in read_jsonl(out / "health.jsonl")]
     assert len(steps) == len(set((h["step"], h["rule"]) for h in read_jsonl(out / "health.jsonl")))
+
+
+def test_adaptive_kl_coefficient_resumes_exactly(tmp_path):
+    kl = ["grpo.kl_penalty_coef=0.05", "grpo.adaptive_kl=true", "grpo.target_kl=0.001", "grpo.kl_horizon=50",
+          "train.max_steps=4", "train.save_steps=2"]
+    ref = tmp_path / "ref"
+    assert _train(ref, *kl).returncode == 0
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(ref, out)
+    for gone in ("checkpoints/checkpoint-4", "final"):  # as if killed right after the step-2 checkpoint
+        shutil.rmtree(out / gone)
+    res = _train(out, *kl, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    want = [r["kl_coef"] for r in read_jsonl(ref / "metrics.jsonl")]
+    got = [r["kl_coef"] for r in read_jsonl(out / "metrics.jsonl")]
+    assert len(set(want)) == 4, want  # the coefficient moves every step, so a skipped update shows
+    assert got == want
