@@ -84,10 +84,9 @@ def test_second_run_on_a_busy_folder_is_refused(tmp_path):
         proc.communicate()
     assert not (tmp_path / "run.old").exists()
     # the killed run's lock is stale: a resume takes it over and continues
-    from rlft.runtime import checkpoint_step, complete_checkpoints
-    from rlft.run import RunDir
+    from rlft.run import RunDir, checkpoint_step
 
-    newest = checkpoint_step(complete_checkpoints(RunDir(out))[-1])
+    newest = checkpoint_step(RunDir(out).complete_checkpoints()[-1])
     res = _train(out, f"train.max_steps={newest + 1}", "--resume")
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"taking over a stale lock" in res.stderr and f"pid {proc.pid}" in res.stderr
