@@ -218,6 +218,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run elsewhere)", "warning")
     if device == "cpu" and g("train.bf16") is True:
         err("train.bf16", "bf16 on the cpu profile is slow or unsupported on many CPUs; prefer fp32", "warning")
+    msl, sec = g("train.max_seq_length"), STAGE_SPECS[c.stage].section
+    mt = g(f"{sec}.max_tokens") if STAGE_SPECS[c.stage].samples and f"{sec}.max_tokens" in SPECS else None
+    if isinstance(msl, int) and isinstance(mt, int) and mt >= msl:
+        err("train.max_seq_length", f"{msl} leaves no room for the prompt: {sec}.max_tokens ({mt}) of it are "
+            f"the completion; raise train.max_seq_length or lower {sec}.max_tokens")
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
     if not g("data.train"):
@@ -230,11 +235,12 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
     rewards = c.data.get("rewards") or []
     if not isinstance(rewards, list):
         return
-    from rlft.rewards.registry import check_reward_spec
+    from rlft.rewards.registry import check_reward_spec, module_search_dir
 
+    config_dir = c.dir_of("rewards")
     for i, item in enumerate(rewards):
         if isinstance(item, dict) and isinstance(item.get("fn"), str):
-            msg = check_reward_spec(item["fn"])
+            msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
             if msg:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
 
