@@ -385,6 +385,11 @@ def anchor_paths(data: dict, base_dir: Path) -> None:
                 module, sep, fn = item["fn"].rpartition(":")
                 if sep and (module.endswith(".py") or "/" in module) and local(module):
                     item["fn"] = f"{_anchored(module, base_dir)}:{fn}"
+    env = data.get("env")
+    if isinstance(env, dict) and local(env.get("name")):  # `path/to/env.py:Class`, as reward files
+        module, sep, cls = env["name"].rpartition(":")
+        if sep and (module.endswith(".py") or "/" in module) and local(module):
+            env["name"] = f"{_anchored(module, base_dir)}:{cls}"
 
 
 def _resolve_interpolations(composed: Composed) -> dict:

@@ -169,7 +169,6 @@ class PPOConfig:
     adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
     kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
     value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
-    max_episode_length: int = F(20, "Max tool calls per episode (multi-turn episodes).", ge=1)
     gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
     lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
     num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
@@ -200,6 +199,16 @@ class GRPOConfig:
     temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+
+
+@dataclass
+class EnvConfig:
+    name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, `package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); null = single-turn completions scored by `rewards`.")
+    kwargs: dict = F(help="Keyword arguments passed to the environment class (toolsim: variant, steps, forbidden_tools and every reward-table value).", factory=dict)
+    max_episode_length: int = F(20, "Max turns (tool calls) per episode; the episode ends after this many actions.", ge=1, le=1000)
+    step_timeout_s: Optional[float] = F(30.0, "Seconds one env reset/step may run before the episode ends with failure_reward (counted); null = no limit.", gt=0)
+    failure_reward: float = F(-5.0, "Step reward (reward units) when the env faults (raises, times out, returns garbage); the episode ends.")
+    num_tasks: int = F(64, "Rows when data.train is not set: task ids 0..N-1, passed to reset as {'task_id': i}.", ge=1)
 
 
 @dataclass
@@ -257,6 +266,7 @@ class RlftConfig:
     awr: AWRConfig = F(help="Advantage-weighted regression stage.", factory=AWRConfig)
     ppo: PPOConfig = F(help="PPO stage.", factory=PPOConfig)
     grpo: GRPOConfig = F(help="GRPO stage and rlft's group-advantage / KL hooks.", factory=GRPOConfig)
+    env: EnvConfig = F(help="Environment for multi-turn (tool-use) episodes, used by PPO.", factory=EnvConfig)
     hw: HardwareConfig = F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)
     monitor: MonitorConfig = F(help="Health rules and their actions.", factory=MonitorConfig)
     trl: dict = F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)

@@ -244,9 +244,12 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             f"the completion; raise train.max_seq_length or lower {sec}.max_tokens")
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
-    if not g("data.train"):
+    env = g("env.name")
+    if env and c.stage != "ppo":
+        err("env.name", f"multi-turn episodes run with stage `ppo`; stage `{c.stage}` does not use an environment")
+    if not g("data.train") and not env:
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
-    if STAGE_SPECS[c.stage].samples and not g("rewards"):
+    if STAGE_SPECS[c.stage].samples and not g("rewards") and not env:
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function", level)
 
 
@@ -262,6 +265,18 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
             msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
             if msg:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
+
+
+def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
+    spec = _get(c.data, "env.name")
+    if not isinstance(spec, str):
+        return
+    from rlft.envs.registry import check_env_spec
+    from rlft.rewards.registry import module_search_dir
+
+    msg = check_env_spec(spec, module_search_dir(spec, c.dir_of("env")) or c.dir_of("env"))
+    if msg:
+        problems.append(Problem("env.name", c.layer_of("env.name"), msg))
 
 
 def _check_data(c: Composed, problems: list[Problem]) -> None:
@@ -333,6 +348,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
     if not any(p.level == "error" for p in problems):
         if check_files:
             _check_rewards_resolve(c, problems)
+            _check_env_resolve(c, problems)
             _check_data(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]
