@@ -62,7 +62,10 @@ class Rollouts:
 
 def render_prompt(tokenizer, prompt: Any) -> list[int]:
     """Token ids of one prompt as TRL's trainers build them: chat messages through the chat template
-    with the generation prompt, plain text through the tokenizer."""
+    with the generation prompt, plain text through the tokenizer; a list of ints is already token ids
+    (the episode loop continues a conversation it has tokenised itself)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+        return list(prompt)
     if isinstance(prompt, list):
         out = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
         return list(out["input_ids"])
