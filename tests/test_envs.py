@@ -42,9 +42,9 @@ def test_correct_calls_complete_the_task_with_the_reward_table():
 def test_wrong_redundant_schema_fail_and_task_failed_on_the_last_turn():
     env = tiny(steps=1)
     env.reset({"task_id": 0}, 0)
-    _, r, done, _ = env.step("ll")  # known tool, not the next step; repeats of the letter pass the schema
+    _, r, done, _ = env.step("lo")  # known tool (first letter), not the next step; not only the letter: no style
     assert r == {"step_penalty": -0.5, "schema_pass": 2.0, "wrong_tool": -3.0} and not done
-    _, r, done, _ = env.step("ll")
+    _, r, done, _ = env.step("lo")
     assert r == {"step_penalty": -0.5, "schema_pass": 2.0, "redundant_action": -2.0} and not done
     _, r, done, info = env.step("? what")
     assert r == {"step_penalty": -0.5, "schema_fail": -5.0, "task_failed": -5.0} and done and not info["success"]

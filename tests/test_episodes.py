@@ -106,3 +106,19 @@ def test_turn_cap_context_budget_and_faults(tiny):
     m = episode_metrics(eps + [short])
     assert m["episodes_failed"] == 2 and m["episodes_truncated"] == 1
     assert m["rewards/env_failure/mean"] == pytest.approx(-2.5)
+
+
+def test_gae_across_a_two_turn_episode_by_hand():
+    from rlft.algos import gae
+
+    # actions a1 a2 | observation o1 o2 | action a3; turn rewards 2.0 (on a2) and -1.0 (on a3)
+    ep = Episode(prompt_id=0, seed=0, prompt_ids=[5], ids=[10, 11, 20, 21, 12], action_mask=[1, 1, 0, 0, 1],
+                 logprobs=[-1.0] * 5, reward_at=[1, 4],
+                 turns=[{"reward": 2.0, "components": {}}, {"reward": -1.0, "components": {}}])
+    b = collate_episodes([ep], pad_id=1)
+    values = torch.tensor([[0.5, 1.0, 9.0, 9.0, 0.4]])  # observation values are skipped
+    adv, ret = gae(b.rewards_BT, values * b.action_mask_BT, b.action_mask_BT, gamma=0.9, lam=0.8)
+    # t=4: d=-1-0.4=-1.4, A=-1.4; t=1: d=2+0.9*0.4-1=1.36, A=1.36+0.72*(-1.4)=0.352;
+    # t=0: d=0.9*1.0-0.5=0.4, A=0.4+0.72*0.352=0.65344
+    assert adv.tolist()[0] == pytest.approx([0.65344, 0.352, 0.0, 0.0, -1.4])
+    assert ret.tolist()[0] == pytest.approx([1.15344, 1.352, 0.0, 0.0, -1.0])

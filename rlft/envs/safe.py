@@ -13,14 +13,40 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlft.rewards.safe import RewardFailureError
+
 logger = logging.getLogger("rlft.envs")
 _POLL_S = 0.05
 
-__all__ = ["EnvFailureError", "SafeEnv", "Step", "as_messages", "reward_parts"]
+__all__ = ["EnvFailureError", "EnvGuard", "SafeEnv", "Step", "as_messages", "reward_parts"]
 
 
-class EnvFailureError(RuntimeError):
-    """Too many episodes ended by env faults: the run is learning from a broken environment."""
+class EnvFailureError(RewardFailureError):
+    """Too many episodes ended by env faults: the run is learning from a broken environment (exit 4,
+    like too many unscored completions)."""
+
+
+class EnvGuard:
+    """Stops the run when more than `max_fraction` of the episodes so far ended in an env fault
+    (checked once `min_episodes` have run, as the reward failure guard)."""
+
+    def __init__(self, name: str, max_fraction: float = 0.5, min_episodes: int = 32,
+                 should_abort: Callable[[], bool] = lambda: False):
+        self.name, self.max_fraction, self.min_episodes = name, max_fraction, min_episodes
+        self.should_abort = should_abort
+        self.seen = self.failed = 0
+        self.last_fault: str | None = None
+
+    def record(self, seen: int, failed: int, last_fault: str | None = None) -> None:
+        self.seen += seen
+        self.failed += failed
+        self.last_fault = last_fault or self.last_fault
+        if self.should_abort() or self.seen < self.min_episodes or self.failed <= self.max_fraction * self.seen:
+            return
+        raise EnvFailureError(
+            f"env {self.name!r} faulted in {self.failed} of {self.seen} episodes ({self.failed / self.seen:.0%}), "
+            f"above monitor.max_reward_failure_fraction={self.max_fraction}; last fault: {self.last_fault}. "
+            f"Check the environment's reset/step and env.step_timeout_s.")
 
 
 @dataclass

@@ -16,8 +16,10 @@ A call that fails its schema is not executed (no correct/wrong tool component).
 
 Variants:
 * `tiny`: one-letter tools for the built-in tiny model: l (lookup), c (convert), w (write), f (finish),
-  x (delete: forbidden). An action's first non-space character is the call; the rest must be empty or
-  repeat that letter (schema); style_pass when the action is the bare letter. Prompt: "Call l then f."
+  x (delete: forbidden). An action whose first non-space character is a lowercase letter calls that
+  tool (schema_pass; tiny tools take no arguments), anything else is not a call (schema_fail);
+  style_pass when the action is only that letter (repeats allowed: the tiny tokenizer has runs like
+  "ff"). Prompt: "Call l then f."
 * `chat`: JSON tool calls `{"name": ..., "arguments": {...}}` (optionally inside <tool_call> tags) with
   the tool schemas in `tools` (passed to the chat template). Tasks: look up a value, optionally convert
   it and write a record, then finish with the answer. Forbidden: the `delete_records` tool and any
@@ -118,7 +120,7 @@ class ToolSim:
             if not s or not s[0].isalpha() or not s[0].islower():
                 return None, {}, False, False
             tool = s[0]
-            return tool, {}, set(s) <= {tool}, s == tool
+            return tool, {}, True, set(s) <= {tool}
         body = re.sub(r"^<tool_call>\s*|\s*</tool_call>$", "", s)
         try:
             call = json.loads(body)

@@ -44,7 +44,8 @@ def ppo_settings(cfg: RlftConfig):
         eval_every=episodes_to_updates(p.eval_interval, p.batch_size),
         save_every=episodes_to_updates(p.save_interval, p.batch_size),
         temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
-        seed=cfg.train.seed)
+        seed=cfg.train.seed, max_episode_length=cfg.env.max_episode_length,
+        max_seq_length=cfg.train.max_seq_length)
 
 
 def training_arguments(cfg: RlftConfig, output_dir: str):
@@ -82,6 +83,48 @@ def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
     return ds.select(range(min(k, len(ds)))).to_list()
 
 
+def env_setup(cfg: RlftConfig, composed: Composed):
+    """(env factory, train rows, eval rows) for multi-turn episodes; every problem is a RunError (exit 2)
+    raised before the run folder exists. The factory builds one SafeEnv per call."""
+    from rlft.envs import EnvResolveError, resolve_env_class
+    from rlft.envs.safe import SafeEnv
+    from rlft.rewards.registry import module_search_dir
+
+    e = cfg.env
+    try:
+        cls = resolve_env_class(e.name, module_search_dir(e.name, composed.dir_of("env")) or composed.dir_of("env"))
+    except EnvResolveError as exc:
+        raise RunError(f"env.name: {exc}") from None
+    try:
+        cls(**e.kwargs)  # bad kwargs fail here, with the env's own message
+    except Exception as exc:  # noqa: BLE001 - user code: any error is a config problem
+        raise RunError(f"env.kwargs: {e.name} could not be built with {e.kwargs}: {type(exc).__name__}: {exc}") from None
+
+    def rows_of(path: str | None, source: str) -> list[dict]:
+        if not path:
+            return [{"task_id": i} for i in range(e.num_tasks)]
+        from rlft.data import DataError
+        from rlft.data.load import load_table
+
+        try:
+            rows = load_table(path).to_list()
+        except DataError as exc:
+            raise RunError(str(exc)) from None
+        if not rows:
+            raise RunError(f"{source}: {path} has no rows")
+        return [{"prompt_id": i, **r} for i, r in enumerate(rows)]
+
+    train = rows_of(cfg.data.train, "data.train")
+    if cfg.data.max_samples:
+        train = train[:cfg.data.max_samples]
+    evals = (rows_of(cfg.data.eval, "data.eval") if cfg.data.eval else train)[:cfg.data.eval_prompts]
+
+    def factory() -> SafeEnv:
+        return SafeEnv(cls(**e.kwargs), e.name, timeout_s=e.step_timeout_s, failure_reward=e.failure_reward)
+
+    return factory, train, evals
+
+
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import sys
 
@@ -93,22 +136,34 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.stages.prompt_data import prepare_prompt_data
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
-    try:
-        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
-                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-    except (RewardResolveError, ValueError) as exc:
-        raise RunError(str(exc)) from None
+    suite = None  # with an environment the env's step rewards are the rewards
+    if not cfg.env.name or cfg.rewards:
+        try:
+            suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+        except (RewardResolveError, ValueError) as exc:
+            raise RunError(str(exc)) from None
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path, cfg)
-    dataset = prepare_prompt_data(cfg, tokenizer, suite)
-    evals = eval_rows(cfg, dataset, tokenizer, suite)
+    env_factory = env_guard = None
+    if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
+        from rlft.envs.safe import EnvGuard
+
+        env_factory, train_rows, evals = env_setup(cfg, composed)
+        env_guard = EnvGuard(cfg.env.name, cfg.monitor.max_reward_failure_fraction)
+    else:
+        dataset = prepare_prompt_data(cfg, tokenizer, suite)
+        train_rows, evals = dataset.to_list(), eval_rows(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from peft import get_peft_model
 
         from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
         from rlft.trainers.ppo import RlftPPOTrainer
 
-        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        if suite is not None:
+            suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        if env_guard is not None:
+            env_guard.should_abort = lambda: ctx.interrupt.signal is not None
         model = load_causal_lm(model_path, cfg)
         if cfg.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -125,7 +180,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             args=training_arguments(cfg, str(ctx.run.checkpoints)),
             processing_class=tokenizer,
             settings=ppo_settings(cfg),
-            train_rows=dataset.to_list(),
+            train_rows=train_rows,
             eval_rows=evals,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
@@ -133,5 +188,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             log_completions=cfg.monitor.log_completions,
             eval_out=ctx.eval,
             ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
+            env_factory=env_factory,
+            env_guard=env_guard,
         )
         return ctx.train(trainer, tokenizer)

@@ -12,6 +12,10 @@ values) and one of the reference (adapter disabled) -> rewards on the last token
 on every token -> GAE -> whitened advantages -> `ppo_epochs` passes over shuffled minibatches of
 `mini_batch_size` episodes, an optimizer step every `gradient_accumulation_steps` minibatches.
 A `step` in metrics.jsonl and checkpoints is one update.
+
+With an environment (`env.name`) an episode is multi-turn (`rlft.rollout.episodes`): the env's step
+rewards sit on each turn's last action token, observation tokens are masked out of the loss and
+skipped by GAE, so the advantage runs across the whole episode (verl's multi-turn PPO).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from rlft.algos import (
 )
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, SamplingParams, sample, score
+from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 
 @dataclass
 class PPOSettings:
@@ -57,6 +62,8 @@ class PPOSettings:
     top_p: float = 1.0
     max_tokens: int = 64
     seed: int = 42
+    max_episode_length: int = 20  # turns per episode (with an environment)
+    max_seq_length: int = 4096    # an episode that would pass it ends (truncated)
 
     @property
     def num_updates(self) -> int:
@@ -77,7 +84,7 @@ class RlftPPOTrainer(Trainer):
     def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
                  train_rows: list[dict], eval_rows: list[dict], reward_suite, callbacks=None,
                  completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
-                 ref_model=None):
+                 ref_model=None, env_factory=None, env_guard=None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
         self.train_rows, self.eval_rows = train_rows, eval_rows
@@ -88,6 +95,9 @@ class RlftPPOTrainer(Trainer):
         self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
                                          s.kl_horizon)
         self.eval_start: dict | None = None
+        self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
+        self.env_guard = env_guard
+        self._envs: list = []
         self.current_flos = 0
         world = self.accelerator.num_processes
         if s.batch_size % world:
@@ -152,8 +162,31 @@ class RlftPPOTrainer(Trainer):
         st = self.settings
         return SamplingParams(temperature=st.temperature, top_p=st.top_p, max_new_tokens=st.max_tokens)
 
+    def _envs_for(self, n: int) -> list:
+        while len(self._envs) < n:  # one instance per episode slot, reused across updates
+            self._envs.append(self.env_factory())
+        return self._envs[:n]
+
+    def _sample_episodes(self, rows: list[dict]) -> dict:
+        """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
+        s, device = self.settings, self.accelerator.device
+        eps = run_episodes(self.policy, self.processing_class, self._envs_for(len(rows)), rows, [s.seed] * len(rows),
+                           self._params(), s.max_episode_length, s.max_seq_length,
+                           prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
+        tok = self.processing_class
+        b = collate_episodes(eps, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        prompt_ids, prompt_mask = b.prompt_ids_BP.to(device), b.prompt_mask_BP.to(device)
+        attn = torch.cat([prompt_mask, b.attention_mask_BT.to(device)], dim=1)
+        position_ids = (attn.cumsum(1) - 1).clamp_min(0)
+        return {"episodes": eps, "input_ids": torch.cat([prompt_ids, b.completion_ids_BT.to(device)], dim=1),
+                "attention_mask": attn, "position_ids": position_ids, "prompt_len": prompt_ids.shape[1],
+                "mask": b.action_mask_BT.to(device), "logp_sampler": b.logprobs_BT.to(device),
+                "env_rewards": b.rewards_BT.to(device)}
+
     def _sample(self, rows: list[dict]) -> dict:
         """One completion per row through the rollout layer, laid out for the learner's forward pass."""
+        if self.env_factory is not None:
+            return self._sample_episodes(rows)
         device = self.accelerator.device
         r = sample(self.policy, self.processing_class, [row["prompt"] for row in rows], 1, self._params(),
                    prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
@@ -203,8 +236,12 @@ class RlftPPOTrainer(Trainer):
         s = self.settings
         rows = self._rows_for_update(update)
         batch = self._sample(rows)
-        batch["scores"], scores_B = self._score(rows, batch["rollouts"])
-        reward_metrics = self.reward_suite.metrics()
+        episodes = batch.get("episodes")
+        if episodes is not None:
+            reward_metrics = self._episode_metrics(episodes)
+        else:
+            batch["scores"], scores_B = self._score(rows, batch["rollouts"])
+            reward_metrics = self.reward_suite.metrics()
         mask = batch["mask"]
         logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
         ref = self._reference_logps(batch) if s.init_kl_coef > 0 or self.ref_model is not None else None
@@ -215,12 +252,15 @@ class RlftPPOTrainer(Trainer):
         else:
             kl_BT = torch.zeros_like(logp_old)
             kl_policy_ref = None
-        rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
+        if episodes is not None:  # step rewards already sit on each turn's last action token
+            rewards_BT = batch["env_rewards"] - self.kl_ctl.value * kl_BT * mask
+        else:
+            rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
         adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, s.gamma, s.lam)
         adv_BT = masked_whiten(adv_BT, mask)
         batch.update(rows=rows, logp_old=logp_old, values_old=values_old * mask,
                      advantages=adv_BT, returns=returns_BT)
-        valid = ~torch.isnan(scores_B)
+        valid = ~torch.isnan(scores_B) if episodes is None else torch.ones(len(rows), dtype=torch.bool)
         batch["metrics"] = {
             **reward_metrics,
             "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
@@ -235,6 +275,19 @@ class RlftPPOTrainer(Trainer):
             **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
         }
         return batch
+
+    def _episode_metrics(self, episodes) -> dict:
+        """Episode statistics (mean over processes), `reward`/`reward_std` = the episode return; the env
+        failure guard counts this update's faults (it may stop the run, exit 4)."""
+        m = episode_metrics(episodes)
+        if self.env_guard is not None:
+            faults = [t["fault"] for ep in episodes for t in ep.turns if t.get("fault")]
+            self.env_guard.record(len(episodes), sum(ep.failed for ep in episodes), faults[-1] if faults else None)
+        out = {k: self._mean(v) for k, v in m.items()}
+        for k in ("episodes_truncated", "episodes_failed"):  # counts, summed over processes
+            out[k] = out[k] * self.accelerator.num_processes
+        out["reward"], out["reward_std"] = out["episode_return"], out["episode_return_std"]
+        return out
 
     def optimize(self, batch: dict) -> dict:
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
@@ -292,6 +345,11 @@ class RlftPPOTrainer(Trainer):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.settings.seed + 7919)
             batch = self._sample(rows)
+        if self.env_factory is not None:
+            eps = batch["episodes"]
+            m = episode_metrics(eps)
+            return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
+                    "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
         _, totals = self._score(rows, batch["rollouts"], count=False)
         self.reward_suite.metrics()  # evaluation scores stay out of the training window
         valid = totals[~torch.isnan(totals)]
@@ -303,6 +361,16 @@ class RlftPPOTrainer(Trainer):
             return
         mask = batch["mask"]
         adv_B = (batch["advantages"] * mask).sum(1) / mask.sum(1).clamp_min(1)
+        if "episodes" in batch:  # whole episodes: every turn's action, observation and reward
+            n = self.completion_log.rows_to_write(len(batch["episodes"]))
+            if n:
+                import json
+
+                with open(self.completion_log.path, "a") as f:
+                    for ep, a in zip(batch["episodes"][:n], adv_B):
+                        row = {"step": self.state.global_step, **ep.log_row(), "advantage": round(float(a), 6)}
+                        f.write(json.dumps(row) + "\n")
+            return
         self.completion_log.write_rollouts(self.state.global_step, batch["rollouts"], batch["scores"],
                                            advantages=[round(float(a), 6) for a in adv_B],
                                            extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]]})
