@@ -1,0 +1,118 @@
+"""End-to-end multi-turn PPO through the CLI on the tiny model and toolsim's tiny variant (CPU)."""
+
+import json
+import statistics
+import time
+
+import pytest
+
+from conftest import read_jsonl, run_cli
+
+pytestmark = pytest.mark.e2e
+PPO = "configs/examples/tool_use_ppo.yaml"
+EPISODE_KEYS = ["episode_return", "episode_return_std", "success_rate", "episode_length", "tool_calls",
+                "episodes_truncated", "episodes_failed", "rewards/step_penalty/mean", "reward", "policy_loss",
+                "value_loss", "entropy", "explained_variance"]
+
+
+def test_tool_use_ppo_learns(tmp_path):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", PPO, f"train.output_dir={out}")
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    for row in rows:
+        missing = [k for k in EPISODE_KEYS if row.get(k) is None]
+        assert not missing, missing
+    first = {k: statistics.fmean(r[k] for r in rows[:10]) for k in ("episode_return", "success_rate", "episode_length")}
+    last = {k: statistics.fmean(r[k] for r in rows[-10:]) for k in ("episode_return", "success_rate", "episode_length")}
+    print(f"first10 {first} last10 {last} took {took:.0f}s")
+    assert last["success_rate"] > first["success_rate"] + 0.5, (first, last)
+    assert last["episode_return"] > first["episode_return"] + 15, (first, last)
+    assert last["episode_length"] < first["episode_length"] - 0.5, (first, last)
+    summary = json.loads((out / "summary.json").read_text())
+    start, end = summary["eval"]["start"], summary["eval"]["end"]
+    assert end["success_rate"] > start["success_rate"] + 0.5 and end["reward_mean"] > start["reward_mean"], summary
+    # completions.jsonl: whole episodes, every turn with its action, observation, reward and components
+    eps = read_jsonl(out / "completions.jsonl")
+    assert len(eps) == 40 * 4
+    ep = eps[0]
+    assert ep["prompt"][0]["content"].startswith("Call ") and 1 <= ep["length"] <= 3
+    for turn in ep["turns"]:
+        assert set(turn) >= {"action", "observation", "reward", "components"}
+        assert turn["reward"] == pytest.approx(sum(turn["components"].values()))
+    assert ep["return"] == pytest.approx(sum(t["reward"] for t in ep["turns"]))
+
+
+FLAKY_ENV = '''
+import time
+
+
+class FlakyEnv:
+    """Three steps per episode; task ids 0, 3, 6, ... raise on step 2, ids 1 and 10 sleep past the timeout."""
+
+    def __init__(self, always_raise=False):
+        self.always_raise = always_raise
+
+    def reset(self, row, seed):
+        self.task, self.n = row["task_id"], 0
+        return [{"role": "user", "content": "Call f."}]
+
+    def step(self, action):
+        self.n += 1
+        if self.always_raise:
+            raise RuntimeError("broken env")
+        if self.n == 2 and self.task % 3 == 0:
+            raise RuntimeError("boom on step 2")
+        if self.n == 2 and self.task in (1, 10):
+            time.sleep(1.0)
+        return "ok", {"progress": 1.0}, self.n == 3, {"success": self.n == 3}
+'''
+
+
+def flaky_config(tmp_path, **env_kwargs):
+    (tmp_path / "envs").mkdir(exist_ok=True)
+    (tmp_path / "envs" / "flaky.py").write_text(FLAKY_ENV)
+    kwargs = "".join(f"\n    {k}: {str(v).lower()}" for k, v in env_kwargs.items()) or " {}"
+    cfg = tmp_path / "flaky.yaml"
+    cfg.write_text(f"""model: {{name_or_path: tiny}}
+env:
+  name: envs/flaky.py:FlakyEnv
+  kwargs:{kwargs}
+  max_episode_length: 3
+  step_timeout_s: 0.3
+  failure_reward: -7.0
+  num_tasks: 18
+data: {{eval_prompts: 0}}
+ppo: {{batch_size: 18, mini_batch_size: 6, ppo_epochs: 1, num_episodes: 36, max_tokens: 2, init_kl_coef: 0.0,
+      log_interval: 18, save_interval: 36, eval_interval: 36}}
+monitor: {{on_critical: warn, on_warning: warn}}
+hw: {{cpu_threads: 1}}
+""")
+    return cfg
+
+
+def test_env_faults_are_counted_and_the_run_goes_on(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", flaky_config(tmp_path), f"train.output_dir={out}")
+    # (the env file is found next to the config: the working directory is the repository)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert len(rows) == 2
+    for row in rows:  # 6 raise + 2 time out of 18 per update
+        assert row["episodes_failed"] == 8 and row["rewards/env_failure/mean"] == pytest.approx(-7.0 * 8 / 18)
+        assert row["success_rate"] == pytest.approx(10 / 18)
+    eps = read_jsonl(out / "completions.jsonl")
+    faults = [t["fault"] for e in eps for t in e["turns"] if t.get("fault")]
+    assert any(f.startswith("raised: RuntimeError: boom on step 2") for f in faults)
+
+
+def test_an_env_failing_most_episodes_stops_the_run_with_exit_4(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", flaky_config(tmp_path, always_raise=True),
+                  f"train.output_dir={out}")
+    assert res.returncode == 4, res.stderr[-3000:]
+    assert "flaky.py:FlakyEnv' faulted in 36 of 36 episodes" in res.stderr
+    assert "Traceback" not in res.stderr
