@@ -9,6 +9,7 @@ import logging
 import math
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,8 +137,12 @@ class SafeEnv:
         kind = detail.split(":", 1)[0]
         if kind not in self._logged:
             self._logged.add(kind)
-            logger.warning("env %r %s: %s; the episode ends with failure_reward %s. Further faults of this kind "
-                           "are counted, not logged.", self.name, what, detail, self.failure_reward, exc_info=exc)
+            where = ""
+            if exc is not None and exc.__traceback__ is not None:  # one line naming the env's code, no traceback
+                frame = traceback.extract_tb(exc.__traceback__)[-1]
+                where = f" (at {frame.filename}:{frame.lineno})"
+            logger.warning("env %r %s: %s%s; the episode ends with failure_reward %s. Further faults of this kind "
+                           "are counted, not logged.", self.name, what, detail, where, self.failure_reward)
         return Step(reward=self.failure_reward, components={"env_failure": self.failure_reward}, done=True,
                     fault=detail)
 
