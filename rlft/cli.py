@@ -163,6 +163,26 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     raise typer.Exit(code or 0)
 
 
+@app.command("report")
+def report(runs: List[Path] = typer.Argument(..., help="Run folder(s); several are overlaid on the same graphs."),
+           out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                              help="Output folder (default: report/ in the first run's folder)."),
+           max_chars: int = typer.Option(4000, "--max-chars", min=100,
+                                         help="Characters of each completion kept in the page (the jsonl keeps all).")) -> None:
+    """Write an offline HTML report (reward graphs, reward logs, completions browser) and one PNG per graph."""
+    from rlft.monitor.report import ReportInputError, build_report
+
+    try:
+        res = build_report(runs, out, max_chars=max_chars)
+    except ReportInputError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    if res.note:
+        _err(f"rlft report: {res.note}")
+    typer.echo(f"report written to {res.index} ({res.graphs} graphs in {res.index.parent / 'graphs'}, "
+               f"{res.completions} completions, {res.bytes / 1e6:.1f} MB, {res.seconds:.1f} s)")
+
+
 def _replace_hw(argv: list[str], hw: str) -> list[str]:
     out, skip = [], False
     for i, a in enumerate(argv):
