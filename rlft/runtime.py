@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -107,6 +108,7 @@ class RunContext:
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
+        self.started = time.time()  # wall time in summary.json counts model and data loading too
         quiet_libraries(self.opts.verbose)
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
         if self.opts.resume:
@@ -180,6 +182,32 @@ class RunContext:
 
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer) -> int:
+        """Train, then (finished, stopped, interrupted or failed) write summary.json and print its table."""
+        started, status = getattr(self, "started", time.time()), "failed"
+        try:
+            code = self._train(trainer, tokenizer)
+            status = {0: "finished", 3: "stopped", 4: "stopped"}.get(code, "interrupted")
+            return code
+        finally:
+            self.finish(trainer, status, time.time() - started)
+
+    def finish(self, trainer, status: str, wall_s: float) -> None:
+        if self.rank != 0:
+            return
+        from rlft.monitor.summary import print_summary, write_summary
+
+        saved = [(checkpoint_step(p), p) for p in complete_checkpoints(self.run)]
+        if self.run.final.is_dir():
+            saved.append((trainer.state.global_step, self.run.final))
+        try:
+            summary = write_summary(self.run.root, stage=self.cfg.stage, status=status,
+                                    steps=trainer.state.global_step, wall_s=wall_s, checkpoints=saved,
+                                    max_steps=trainer.state.max_steps)
+            print_summary(summary, self.run.root)
+        except OSError as exc:  # the summary must never hide how training ended
+            print(f"rlft: could not write summary.json: {exc}", file=sys.stderr)
+
+    def _train(self, trainer, tokenizer) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
