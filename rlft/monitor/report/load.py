@@ -31,6 +31,7 @@ class Prompt:
     steps: list = field(default_factory=list)  # distinct steps, in order of appearance
     count: int = 0
     length: int | None = None                  # tokens (or characters, see Completions.length_unit)
+    step_set: set = field(default_factory=set, repr=False)
 
 
 @dataclass
@@ -165,7 +166,8 @@ def load_completions(rows: list[dict], max_chars: int = MAX_TEXT_CHARS) -> Compl
         step = row.get("step")
         step = int(step) if isinstance(step, (int, float)) and not isinstance(step, bool) else 0
         if last_step_of.get(key) != step:
-            if step not in p.steps:
+            if step not in p.step_set:
+                p.step_set.add(step)
                 p.steps.append(step)
             last_step_of[key] = step
         p.count += 1
