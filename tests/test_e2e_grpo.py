@@ -1,5 +1,6 @@
 """End-to-end GRPO runs through the CLI on the built-in tiny model (CPU)."""
 
+import json
 import statistics
 
 import pytest
@@ -24,6 +25,9 @@ def test_demo_learns(tmp_path):
     assert first < 0.1 and last > 0.9, (first, last)
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stage"] == "grpo" and summary["status"] == "finished" and summary["steps"] == 60
+    assert summary["last"]["reward"] == rows[-1]["reward"] and summary["wall_s"] > 0
 
 
 @pytest.mark.parametrize("overrides", [
@@ -77,3 +81,17 @@ def test_reward_failure_guard_stops_the_run(tmp_path):
     assert res.returncode != 0
     assert "max_failure_fraction" in res.stderr or "no score" in res.stderr
     assert "Traceback (most recent call last)" not in res.stderr.split("rlft:")[-1]
+
+
+def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
+    """monitor.log_completions counts completions (not groups); rows carry the data row as prompt_id."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=2",
+                  "monitor.log_completions=3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    comps = read_jsonl(out / "completions.jsonl")
+    assert [c["step"] for c in comps] == [1, 1, 1, 2, 2, 2]
+    for c in comps:
+        assert set(c) == {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage"}
+        assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
+    assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt

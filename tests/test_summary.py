@@ -1,13 +1,34 @@
-"""summary.json and the end-of-train table, on synthetic run folders (worked numbers)."""
-
-from __future__ import annotations
+"""summary.json: status per exit code, the last training row of metrics.jsonl, atomic write; the headline\nnumbers, best checkpoint and the end-of-train table (worked numbers)."""
 
 import io
 import json
 
 import pytest
 
-from rlft.monitor.summary import best_checkpoint, headline, print_summary, summary_lines, write_summary
+from rlft.monitor.summary import (best_checkpoint, headline, last_metrics, print_summary, run_numbers, status_for,
+                                  summary_lines, write_summary)
+
+
+def test_status_for_exit_codes():
+    assert [status_for(c) for c in (0, 3, 4, 130, 143, 1, 2, None)] == [
+        "finished", "stopped", "stopped", "interrupted", "interrupted", "failed", "failed", "failed"]
+
+
+def test_last_metrics_skips_eval_rows_and_a_cut_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "time": 1.0, "reward": 0.1}\n{"step": 2, "time": 2.0, "reward": 0.5}\n'
+                    '{"step": 2, "eval_loss": 3.0}\n{"step": 3, "rew')
+    assert last_metrics(path) == {"reward": 0.5}
+    assert last_metrics(tmp_path / "missing.jsonl") == {}
+
+
+def test_write_summary_round_trips(tmp_path):
+    path = tmp_path / "summary.json"
+    written = write_summary(path, stage="grpo", status="finished", steps=7, wall_s=1.23456, last={"reward": 0.5},
+                            eval={"start": {"reward_mean": 0.1, "n": 4}}, exit_code=0)
+    assert json.loads(path.read_text()) == written
+    assert written["wall_s"] == 1.235 and written["eval"]["start"]["n"] == 4
+    assert not (tmp_path / "summary.json.tmp").exists()
 
 
 def _metrics(tmp_path, rows):
@@ -41,17 +62,13 @@ def test_best_checkpoint_scores_the_window_before_each_save(tmp_path):
     assert best_checkpoint(rows, [], headline(rows)) is None
 
 
-def test_write_summary_merges_and_prints(tmp_path):
+def test_run_numbers_and_the_table(tmp_path):
     _metrics(tmp_path, [{"step": s, "reward": s / 20, "loss": 0.5} for s in range(1, 21)])
-    (tmp_path / "summary.json").write_text(json.dumps({"eval": {"start": {"reward_mean": 0.1, "n": 8},
-                                                                "end": {"reward_mean": 0.8, "n": 8}}}))
-    s = write_summary(tmp_path, stage="grpo", status="finished", steps=20, wall_s=12.345,
-                      checkpoints=[(10, tmp_path / "checkpoints" / "checkpoint-10"), (20, tmp_path / "final")],
-                      max_steps=20)
-    on_disk = json.loads((tmp_path / "summary.json").read_text())
-    assert on_disk == s
-    assert s["eval"]["end"]["reward_mean"] == 0.8  # kept from the stage
-    assert s["status"] == "finished" and s["steps"] == 20 and s["wall_s"] == 12.35
+    nums = run_numbers(tmp_path, [(10, tmp_path / "checkpoints" / "checkpoint-10"), (20, tmp_path / "final")])
+    s = write_summary(tmp_path / "summary.json", stage="grpo", status="finished", steps=20, wall_s=12.345,
+                      last=last_metrics(tmp_path / "metrics.jsonl"), max_steps=20,
+                      eval={"start": {"reward_mean": 0.1, "n": 8}, "end": {"reward_mean": 0.8, "n": 8}}, **nums)
+    assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(s, default=str))
     assert s["reward"] == {"first_mean": pytest.approx(0.275), "last_mean": pytest.approx(0.775), "window": 10}
     assert s["best_checkpoint"]["step"] == 20 and s["last"] == {"reward": 1.0, "loss": 0.5}
     assert s["report_command"] == f"rlft report {tmp_path}"
@@ -67,7 +84,8 @@ def test_write_summary_merges_and_prints(tmp_path):
     assert "rlft run summary" in text and "best checkpoint" in text and f"rlft report {tmp_path}" in text
 
 
-def test_write_summary_without_metrics(tmp_path):
-    s = write_summary(tmp_path, stage="dpo", status="failed", steps=0, wall_s=0.5)
-    assert s["headline"] is None and s["best_checkpoint"] is None and s["last"] == {}
+def test_run_numbers_without_metrics(tmp_path):
+    nums = run_numbers(tmp_path)
+    assert nums["headline"] is None and nums["best_checkpoint"] is None and "reward" not in nums
+    s = write_summary(tmp_path / "summary.json", stage="dpo", status="failed", steps=0, wall_s=0.5, last={}, **nums)
     assert dict(summary_lines(s, tmp_path))["status"] == "failed at step 0"

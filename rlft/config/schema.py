@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional, get_args, get_origin, get_type_hints
 
-STAGES = ("grpo", "ppo", "dpo", "orpo", "rs_sft", "awr")
+from rlft.config.stages import STAGES, sampling_stages
+
 HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
-SAMPLING_STAGES = ("grpo", "ppo", "rs_sft", "awr")  # stages that generate and score completions
+SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
 def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,
@@ -71,7 +72,7 @@ class TrainConfig:
     fp16: bool = F(False, "float16 mixed precision (fallback where bf16 is unsupported).")
     tf32: Optional[bool] = F(None, "TF32 matmuls on Ampere+ GPUs (null = library default).")
     gradient_checkpointing: bool = F(False, "Recompute activations to save memory.")
-    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens.", ge=8)
+    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens; sampling stages fit prompts into it minus the completion budget (data.too_long).", ge=8)
     dataloader_num_workers: int = F(0, "Data-loading worker processes.", ge=0, le=64)
     seed: int = F(42, "Random seed for reproducibility.", ge=0)
     output_dir: Optional[str] = F(None, "Run folder; null = runs/<stage>-<timestamp>.")
@@ -92,6 +93,7 @@ class DataConfig:
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
+    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
 
 
 @dataclass
@@ -100,6 +102,7 @@ class RewardConfig:
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
     name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
+    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions get no score (counted as errors); null = no limit, called in the main thread.", gt=0)
 
 
 @dataclass
@@ -217,7 +220,7 @@ class MonitorConfig:
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
-    log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
+    log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
 
 
 @dataclass

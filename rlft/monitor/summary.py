@@ -1,7 +1,7 @@
-"""summary.json and the end-of-train table: steps, wall time, first/last headline-metric means, the best
-checkpoint and the report command. Computed from the run folder's files (metrics.jsonl and the
-checkpoints the caller names), so it needs no trainer state; other fields already in summary.json
-(e.g. `eval`) are kept."""
+"""`summary.json`: the one file that says how a run ended, written by every stage at the end (finished,
+stopped, interrupted or failed) so scripts, pipelines and reports read a run without parsing logs;
+and the same numbers as a table on the terminal (steps, wall time, first/last headline-metric means,
+the best checkpoint, the report command). Everything here is computed from the run folder's files."""
 
 from __future__ import annotations
 
@@ -10,25 +10,55 @@ import math
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
+# exit code of a stage -> status in summary.json
+STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
 WINDOW = 10  # logged steps averaged for "first", "last" and each checkpoint's score
 # the metric a stage is judged by, and whether higher is better; the first one a run logged wins
 HEADLINE = (("reward", True), ("eval_reward", True), ("rewards/margins", True), ("eval_loss", False), ("loss", False))
 
 
-def _rows(path: Path) -> list[dict]:
+def status_for(code: int | None) -> str:
+    return STATUS_BY_CODE.get(code, "failed") if code is not None else "failed"
+
+
+def _rows(metrics_path: Path) -> list[dict]:
     rows = []
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
+    if Path(metrics_path).is_file():
+        for line in Path(metrics_path).read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                continue  # a torn last line
+                continue  # a row cut by a kill mid-write
             if isinstance(row, dict):
                 rows.append(row)
     return rows
 
 
+def _is_eval(row: dict) -> bool:
+    return any(k.startswith("eval_") or k.startswith("eval/") for k in row)
+
+
+def last_metrics(metrics_path: Path) -> dict[str, Any]:
+    """The newest training row of metrics.jsonl (evaluation rows skipped), without `step`/`time`."""
+    train = [r for r in _rows(metrics_path) if not _is_eval(r)]
+    last = train[-1] if train else {}
+    return {k: v for k, v in last.items() if k not in ("step", "time", "stage")}
+
+
+def write_summary(path: Path, *, stage: str, status: str, steps: int, wall_s: float, last: dict[str, Any],
+                  eval: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Write summary.json atomically (a reader never sees half a file) and return what was written."""
+    summary = {"stage": stage, "status": status, "steps": int(steps), "wall_s": round(float(wall_s), 3),
+               "last": last, "eval": eval or {}, **extra}
+    tmp = Path(path).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return summary
+
+
+# -- headline numbers ------------------------------------------------------------------------------
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -38,7 +68,7 @@ def _mean(values: list) -> float | None:
 
 
 def headline(rows: list[dict]) -> dict | None:
-    """The headline metric's mean over the first and the last WINDOW logged steps."""
+    """The headline metric's mean over the first and the last WINDOW logged steps (half the run when shorter)."""
     for metric, higher in HEADLINE:
         points = [(r["step"], r[metric]) for r in rows if _finite(r.get(metric)) and _finite(r.get("step"))]
         if points:
@@ -49,7 +79,7 @@ def headline(rows: list[dict]) -> dict | None:
 
 
 def best_checkpoint(rows: list[dict], candidates: list[tuple[int, Path]], head: dict | None) -> dict | None:
-    """Among saved models (step, path), the one whose last WINDOW logged steps up to its step score best
+    """Among saved models (step, folder), the one whose last WINDOW logged steps up to its step score best
     on the headline metric; ties go to the later one."""
     if not candidates:
         return None
@@ -73,33 +103,21 @@ def report_command(run_root: Path) -> str:
     return f"rlft report {shlex.quote(str(run_root))}"
 
 
-def write_summary(run_root: Path, *, stage: str, status: str, steps: int, wall_s: float,
-                  checkpoints: list[tuple[int, Path]] = (), max_steps: int | None = None) -> dict:
-    """Compute the end-of-run numbers, merge them into `<run>/summary.json` (atomically) and return them.
-    `checkpoints`: (step, folder) of each complete checkpoint and of final/, best-first choice among them."""
-    run_root = Path(run_root)
-    rows = [r for r in _rows(run_root / "metrics.jsonl") if not any(k.startswith("eval_") for k in r)]
-    evals = [r for r in _rows(run_root / "metrics.jsonl") if any(k.startswith("eval_") for k in r)]
-    head = headline(rows) or headline(evals)
-    path = run_root / "summary.json"
-    try:
-        summary = json.loads(path.read_text()) if path.is_file() else {}
-    except json.JSONDecodeError:
-        summary = {}
-    last = {k: v for k, v in (rows[-1] if rows else {}).items() if _finite(v) and k != "step"}
-    summary.update({"stage": stage, "status": status, "steps": steps, "wall_s": round(wall_s, 2), "last": last,
-                    "headline": head, "best_checkpoint": best_checkpoint(rows or evals, list(checkpoints), head),
-                    "report_command": report_command(run_root)})
-    if max_steps:
-        summary["max_steps"] = max_steps
+def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = ()) -> dict[str, Any]:
+    """The end-of-run fields summary.json adds to `last`: headline first/last means (and `reward` when the
+    headline is the reward), the best of the saved models (`checkpoints`: (step, folder)), the report command."""
+    rows = _rows(Path(run_root) / "metrics.jsonl")
+    train = [r for r in rows if not _is_eval(r)]
+    evals = [r for r in rows if _is_eval(r)]
+    head = headline(train) or headline(evals)
+    out: dict[str, Any] = {"headline": head, "best_checkpoint": best_checkpoint(train or evals, list(checkpoints), head),
+                           "report_command": report_command(run_root)}
     if head and head["metric"] == "reward":
-        summary["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}
-    tmp = path.with_name("summary.json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    os.replace(tmp, path)
-    return summary
+        out["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}
+    return out
 
 
+# -- the terminal table ----------------------------------------------------------------------------
 def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
     """(label, value) rows of the end-of-train table."""
     def f(x):
