@@ -44,6 +44,23 @@ def quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def tracker_env(report_to: list[str], run_root: Path, environ) -> dict[str, str]:
+    """Environment that sends the trackers' files into the run folder: TensorBoard event files to
+    `<run>/tensorboard/` (transformers would use checkpoints/runs/), wandb's local files to `<run>/`.
+    A value the user exported already wins (one rlft set for an earlier run in this process does not)."""
+    wanted = {}
+    if "tensorboard" in report_to:
+        wanted["TENSORBOARD_LOGGING_DIR"] = str(run_root / "tensorboard")
+    if "wandb" in report_to:
+        wanted["WANDB_DIR"] = str(run_root)
+    out = {k: v for k, v in wanted.items() if not environ.get(k) or environ.get(k) == _TRACKER_ENV_SET.get(k)}
+    _TRACKER_ENV_SET.update(out)
+    return out
+
+
+_TRACKER_ENV_SET: dict[str, str] = {}
+
+
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -102,6 +119,7 @@ class RunContext:
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        os.environ.update(tracker_env(self.cfg.train.report_to, self.run.root, os.environ))
         if self.opts.resume:
             self.resume_from = self._resolve_resume()
         self.interrupt.install()

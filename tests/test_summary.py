@@ -89,3 +89,15 @@ def test_run_numbers_without_metrics(tmp_path):
     assert nums["headline"] is None and nums["best_checkpoint"] is None and "reward" not in nums
     s = write_summary(tmp_path / "summary.json", stage="dpo", status="failed", steps=0, wall_s=0.5, last={}, **nums)
     assert dict(summary_lines(s, tmp_path))["status"] == "failed at step 0"
+
+
+def test_tracker_files_go_into_the_run_folder(tmp_path):
+    from rlft.runtime import tracker_env
+
+    assert tracker_env(["tensorboard", "wandb"], tmp_path, {}) == {
+        "TENSORBOARD_LOGGING_DIR": str(tmp_path / "tensorboard"), "WANDB_DIR": str(tmp_path)}
+    assert tracker_env(["tensorboard"], tmp_path, {"TENSORBOARD_LOGGING_DIR": "/elsewhere"}) == {}
+    assert tracker_env([], tmp_path, {}) == {}
+    # a later run in the same process (a pipeline) gets its own folder
+    first = tracker_env(["tensorboard"], tmp_path / "a", {})
+    assert tracker_env(["tensorboard"], tmp_path / "b", first) == {"TENSORBOARD_LOGGING_DIR": str(tmp_path / "b" / "tensorboard")}

@@ -80,7 +80,7 @@ class TrainConfig:
     save_steps: int = F(100, "Write a resumable checkpoint every N steps.", ge=1)
     save_total_limit: int = F(3, "Rolling checkpoints kept.", ge=1)
     eval_steps: int = F(50, "Evaluate every N steps when data.eval is set.", ge=1)
-    report_to: list[str] = F(help="Extra trackers: tensorboard, wandb (when installed).", factory=list)
+    report_to: list[str] = F(help="Extra trackers when installed: tensorboard (event files in <run>/tensorboard/), wandb (local files in the run folder).", factory=list)
 
 
 @dataclass
