@@ -238,14 +238,19 @@ class RlftGRPOTrainer(GRPOTrainer):
     # --- completions.jsonl ---------------------------------------------------------------------
     def _write_completions(self, out, rpf, total, adv) -> None:
         """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
-        if self._batch_log is None or not self.accelerator.is_main_process:
+        if self._batch_log is None:
+            return
+        # sampled token counts (the report's lengths; decoded text re-tokenizes to other counts); every rank gathers
+        tokens = self.accelerator.gather(out["completion_mask"].sum(dim=1)).tolist()
+        if not self.accelerator.is_main_process:
             return
         ids, prompts, completions = self._batch_log
         if len(completions) != total.numel():
             return
         rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
         self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
-                                  advantages=adv.tolist())
+                                  advantages=adv.tolist(),
+                                  extra={"completion_tokens": [int(t) for t in tokens]} if len(tokens) == len(completions) else None)
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:
