@@ -23,8 +23,12 @@ LOCAL_SCHEMES = {"file", "data", "about", "blob"}
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("report-e2e") / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+    base = tmp_path_factory.mktemp("report-e2e")
+    out = base / "run"
+    chatty = base / "chatty.yaml"  # a weight-0 reward that prints, logs and fails once: the reward-logs tab
+    chatty.write_text(f"rewards:\n  - fn: char_fraction\n  - fn: {ROOT / 'tests/fixtures/chatty_reward.py'}:chatty\n"
+                      f"    weight: 0.0\n")
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, "-c", chatty, f"train.output_dir={out}",
                   "train.max_steps=6", "train.save_steps=3", "monitor.log_completions=-1")
     assert res.returncode == 0, res.stderr[-3000:]
     return out, res
@@ -40,6 +44,20 @@ def test_demo_run_ends_with_a_summary(demo_run):
     assert s["reward"]["last_mean"] == pytest.approx(sum(rewards[-3:]) / 3)
     assert Path(s["best_checkpoint"]["path"]).is_dir() and s["best_checkpoint"]["step"] in (3, 6)
     assert s["report_command"] == f"rlft report {out}"
+
+
+def test_reward_output_is_captured_per_step(demo_run):
+    out, res = demo_run
+    assert "chatty call" not in res.stdout + res.stderr  # captured, not on the console
+    rows = [json.loads(line) for line in (out / "reward_logs.jsonl").read_text().splitlines()]
+    chatty = [r for r in rows if r["reward"] == "chatty"]
+    assert [r["step"] for r in chatty] == list(range(1, 7))
+    assert all(r["calls"] == 1 and r["ms"] >= 0 for r in chatty)
+    assert "chatty call 1: scoring 16 completions" in chatty[0]["output"]
+    assert "chatty stderr line" in chatty[0]["output"] and "[WARNING chatty] chatty warning 1" in chatty[0]["output"]
+    assert chatty[2]["errors"] == 16 and "ValueError: chatty fails on call 3" in chatty[2]["error"]
+    assert "Traceback" in chatty[2]["error"] and all(r["errors"] == 0 for r in chatty if r["step"] != 3)
+    assert {r["reward"] for r in rows} == {"char_fraction", "chatty"}
 
 
 def test_report_opens_in_headless_chromium(demo_run):
@@ -102,7 +120,19 @@ def test_report_opens_in_headless_chromium(demo_run):
                         "document.querySelectorAll('#top-low tbody tr').length]")
         assert top == [min(25, len(c))] * 2
         page.eval("document.querySelector('nav button[data-tab=logs]').click()")
-        assert "No reward logs captured" in page.eval("document.querySelector('#tab-logs').textContent")
+        logs = page.eval("""(() => {
+            const rows = () => document.querySelectorAll('#logs-body tr').length;
+            const all = rows();
+            const fn = document.querySelector('#logs-fn');
+            fn.value = 'chatty'; fn.dispatchEvent(new Event('input'));
+            const chatty = rows();
+            const errs = document.querySelector('#logs-errors');
+            errs.checked = true; errs.dispatchEvent(new Event('input'));
+            return {all, chatty, errors: rows(), text: document.querySelector('#logs-body').textContent};
+        })()""")
+        assert logs["all"] == 12 and logs["chatty"] == 6 and logs["errors"] == 1, logs
+        assert "chatty fails on call 3" in logs["text"]
+        page.screenshot(ARTIFACTS / "report_reward_logs.png")
 
         errors = page.console_errors()
         urls = page.request_urls()
