@@ -110,7 +110,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                           kl_penalty_mode=g.kl_penalty_mode, kl_penalty_coef=g.kl_penalty_coef,
                           kl_discount_factor=g.kl_discount_factor, adaptive_kl=g.adaptive_kl, target_kl=g.target_kl,
                           kl_horizon=g.kl_horizon, completions_path=str(ctx.run.completions),
-                          log_completions=cfg.monitor.log_completions)
+                          log_completions=cfg.monitor.log_completions,
+                          reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None)
         ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
         trainer = RlftGRPOTrainer(
             model=model,
