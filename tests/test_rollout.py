@@ -162,6 +162,18 @@ def test_score_counts_toward_the_failure_guard_unless_told_not_to():
         score(r, suite, columns={"target": ["z", "q"]})
 
 
+def test_row_ids_are_not_passed_to_rewards():
+    seen = {}
+
+    def grab(prompts, completions, **kw):
+        seen.update(kw)
+        return [1.0] * len(completions)
+
+    r = _fake_rollouts(["a", "b"], 1, ["p0", "p1"])
+    score(r, RewardSuite([SafeReward("grab", grab)]), columns={"prompt_id": [7, 8], "target": ["x", "y"]})
+    assert seen == {"target": ["x", "y"]}
+
+
 def test_score_texts_makes_chat_messages_plain_text():
     seen = {}
 

@@ -25,9 +25,10 @@ from rlft.algos import (
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, score_texts
+from rlft.rollout.score import ID_COLUMNS
 
 # dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
-NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", "prompt_id")
+NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
 
 
 @dataclass
