@@ -81,6 +81,13 @@ def test_sample_is_deterministic_under_a_seed(tiny):
     c = sample(model, tok, PROMPTS, 3, SamplingParams(temperature=1.0, max_new_tokens=8, seed=8, batch_size=3))
     assert torch.equal(a.completion_ids_BT, b.completion_ids_BT) and torch.equal(a.logprobs_BT, b.logprobs_BT)
     assert not torch.equal(a.completion_ids_BT, c.completion_ids_BT)
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    sample(model, tok, PROMPTS, 2, params)  # a seeded sample leaves the caller's random stream alone
+    assert torch.equal(torch.rand(3), expected)
+    with pytest.raises(ValueError, match="no prompts"):
+        sample(model, tok, [], 2, params)
 
 
 def test_chunked_sampling_pads_chunks_to_one_batch(tiny):

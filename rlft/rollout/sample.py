@@ -26,7 +26,7 @@ class SamplingParams:
     top_p: float = 1.0           # nucleus threshold (1.0 = off)
     max_new_tokens: int = 256    # longest completion, in tokens
     batch_size: int | None = None  # completions per generate call (rounded down to whole prompts); None = all at once
-    seed: int | None = None      # seeds torch's generator before sampling, for reproducible rollouts
+    seed: int | None = None      # seeds the draws (in a forked RNG: the caller's random stream is left as it was)
 
 
 @dataclass
@@ -129,11 +129,23 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
            prompt_ids: Sequence[Any] | None = None) -> Rollouts:
     """n sampled completions per prompt from `model` as it is now (a PEFT model samples with its adapter).
 
-    The model is put in eval mode (no dropout) while sampling and returned to its previous mode.
+    The model is put in eval mode (no dropout) while sampling and returned to its previous mode. Pass the
+    unwrapped model (not a DDP wrapper). With `params.seed` the same prompts and settings draw the same tokens.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to sample from")
+    if params.seed is None:
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+        torch.manual_seed(params.seed)
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+
+
+def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, prompt_ids) -> Rollouts:
     ids = list(range(len(prompts))) if prompt_ids is None else list(prompt_ids)
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} prompt ids for {len(prompts)} prompts")
@@ -142,8 +154,6 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
     tokenized = [render_prompt(tokenizer, p) for p in prompts]
     per_call = max(1, (params.batch_size or len(prompts) * n) // n)  # whole prompts per generate call
     device = next(model.parameters()).device
-    if params.seed is not None:
-        torch.manual_seed(params.seed)
     was_training = model.training
     model.eval()
     chunks = []
