@@ -31,9 +31,19 @@ def _err(text: str) -> None:
     typer.echo(text, err=True)
 
 
+MAX_SHOWN_PROBLEMS = 50  # a pasted 10 MB file should not print 276,000 lines
+
+
 def _print_problems(problems: list[Problem]) -> None:
-    for p in problems:
+    """Errors first, then warnings; at most MAX_SHOWN_PROBLEMS lines, with a count of the rest."""
+    ordered = [p for p in problems if p.level == "error"] + [p for p in problems if p.level != "error"]
+    for p in ordered[:MAX_SHOWN_PROBLEMS]:
         _err(str(p))
+    rest = ordered[MAX_SHOWN_PROBLEMS:]
+    if rest:
+        n_err = sum(p.level == "error" for p in rest)
+        _err(f"... and {len(rest)} more problem{'s' if len(rest) != 1 else ''} not shown "
+             f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} warning{'s' if len(rest) - n_err != 1 else ''})")
 
 
 def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False):
@@ -125,6 +135,9 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
+    from rlft.monitor.streams import protect_std_streams
+
+    protect_std_streams()  # `rlft train ... | head`: a closed pipe must not stop training
     from rlft.stages import StageNotBuilt, get_runner
 
     if hw == "auto":

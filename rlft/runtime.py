@@ -85,8 +85,9 @@ class _Interrupt:
 class RunContext:
     """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, own_resume: bool = False):
         self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.own_resume = own_resume  # the stage picks its checkpoints itself (e.g. one folder per round)
         self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
@@ -102,7 +103,10 @@ class RunContext:
         self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
         if self.opts.resume:
-            self.resume_from = self._resolve_resume()
+            if self.own_resume:
+                self._check_resume_config()
+            else:
+                self.resume_from = self._resolve_resume()
         self.interrupt.install()
         if self.cfg.hw.cpu_threads:
             import torch
@@ -116,8 +120,11 @@ class RunContext:
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
         if self.rank == 0 and hasattr(self, "run"):
-            self.write_summary(None if exc_type is not None else self.exit_code,
-                               error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+            if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                self.write_summary(exc.exit_code, error=str(exc))
+            else:
+                self.write_summary(None if exc_type is not None else self.exit_code,
+                                   error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
         return False
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
@@ -134,11 +141,24 @@ class RunContext:
         except OSError as e:
             print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
 
-    def _resolve_resume(self) -> Path | None:
+    def _check_resume_config(self) -> None:
         changed = breaking_changes(self.run, self.cfg)
         if changed:
             raise RunError("cannot resume: these settings changed since the run started and would break its "
                            "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
+
+    def newest_checkpoint(self, folder: Path) -> Path | None:
+        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
+        good = sorted((p for p in Path(folder).glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+                      key=checkpoint_step) if Path(folder).is_dir() else []
+        if not good:
+            return None
+        state_file = good[-1] / RLFT_STATE
+        self.extra_state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+        return good[-1]
+
+    def _resolve_resume(self) -> Path | None:
+        self._check_resume_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
@@ -151,6 +171,8 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
+        if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
+            target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
@@ -180,20 +202,25 @@ class RunContext:
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None:
             state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
+            state["trainer"] = trainer.rlft_extra_state()
         return state
 
     def load_rlft_state(self, trainer) -> None:
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None and "kl_controller" in self.extra_state:
             kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
+            trainer.load_rlft_extra_state(self.extra_state["trainer"])
 
     # -- training ------------------------------------------------------------------------------
-    def train(self, trainer, tokenizer) -> int:
-        self.exit_code = self._train(trainer, tokenizer)
+    def train(self, trainer, tokenizer, *, final: bool = True) -> int:
+        """Train to the end; `final=False` (an intermediate round) leaves final/ unwritten."""
+        self.exit_code = self._train(trainer, tokenizer, final)
         self.steps = trainer.state.global_step
         return self.exit_code
 
-    def _train(self, trainer, tokenizer) -> int:
+    def _train(self, trainer, tokenizer, final: bool = True) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
@@ -222,11 +249,12 @@ class RunContext:
             self.console.close()
         if self.interrupt.signal is not None:
             step = trainer.state.global_step
-            print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
+            print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
                   f"Resume with the same command plus --resume", file=sys.stderr)
             return 128 + int(self.interrupt.signal)
         self.check_ranks_in_sync(trainer)
-        self.save_final(trainer, tokenizer)
+        if final:
+            self.save_final(trainer, tokenizer)
         return 0
 
     def check_ranks_in_sync(self, trainer) -> None:
@@ -255,7 +283,7 @@ class RunContext:
         """Write rlft's state and the completion marker last: resume only trusts marked checkpoints."""
         if not trainer.args.should_save:
             return
-        path = self.run.checkpoints / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")

@@ -168,6 +168,17 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     pb, pm = g("ppo.batch_size"), g("ppo.mini_batch_size")
     if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
         err("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
+    elif c.stage == "ppo" and isinstance(pb, int) and isinstance(pm, int) and isinstance(g("train.gradient_accumulation_steps"), int):
+        step = pm * g("train.gradient_accumulation_steps")
+        if step < pb and pb % step:
+            err("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
+                f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
+    if c.stage == "ppo" and g("ppo.value_model") == "separate":
+        err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
+            "(a value head on the policy's backbone)")
+    if c.stage == "ppo" and g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
+        err("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is not "
+            "supported (generation and the value head on sharded weights are not built); use --hw ddp")
     ref = g("model.ref")
     for key in ("grpo.kl_penalty_coef", "ppo.init_kl_coef"):
         stage = key.partition(".")[0]
@@ -187,6 +198,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     gs = g("grpo.group_size")
     if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
         err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
+    if c.stage == "awr" and g("awr.baseline") == "group_mean" and g("awr.num_samples_per_prompt") == 1:
+        err("awr.num_samples_per_prompt", "1 sample per prompt with awr.baseline group_mean gives every advantage 0 "
+            "(each sample is its own group's mean): no learning signal. Sample 2 or more per prompt, or set "
+            "awr.baseline=global_mean")
     section = STAGE_SPECS[c.stage].section
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
         mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")
@@ -218,6 +233,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run elsewhere)", "warning")
     if device == "cpu" and g("train.bf16") is True:
         err("train.bf16", "bf16 on the cpu profile is slow or unsupported on many CPUs; prefer fp32", "warning")
+    msl, sec = g("train.max_seq_length"), STAGE_SPECS[c.stage].section
+    mt = g(f"{sec}.max_tokens") if STAGE_SPECS[c.stage].samples and f"{sec}.max_tokens" in SPECS else None
+    if isinstance(msl, int) and isinstance(mt, int) and mt >= msl:
+        err("train.max_seq_length", f"{msl} leaves no room for the prompt: {sec}.max_tokens ({mt}) of it are "
+            f"the completion; raise train.max_seq_length or lower {sec}.max_tokens")
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
     if not g("data.train"):
@@ -230,11 +250,12 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
     rewards = c.data.get("rewards") or []
     if not isinstance(rewards, list):
         return
-    from rlft.rewards.registry import check_reward_spec
+    from rlft.rewards.registry import check_reward_spec, module_search_dir
 
+    config_dir = c.dir_of("rewards")
     for i, item in enumerate(rewards):
         if isinstance(item, dict) and isinstance(item.get("fn"), str):
-            msg = check_reward_spec(item["fn"])
+            msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
             if msg:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
+from rlft.stages.prompt_data import load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -58,29 +59,6 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     return build_trl_config(GRPOConfig, args, cfg, composed)
 
 
-def load_prompt_dataset(cfg: RlftConfig):
-    from datasets import Dataset
-
-    if cfg.data.train == "demo":
-        from rlft.demo import demo_prompts
-
-        ds = Dataset.from_list(demo_prompts())
-    else:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.train), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.train")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-    if cfg.data.max_samples:
-        ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
-    if "prompt_id" not in ds.column_names:  # the row's id in completions.jsonl (a data column of that name wins)
-        ds = ds.add_column("prompt_id", list(range(len(ds))))
-    return ds
-
-
 TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
 
 
@@ -109,18 +87,23 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     quiet_libraries(opts.verbose)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
+    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.rewards import RewardResolveError, build_reward_suite
+
+    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
+    try:
+        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    model_path = resolve_model_path(cfg)
+    tokenizer = load_tokenizer(model_path, cfg)
+    dataset = prepare_prompt_data(cfg, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
-        from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset = load_prompt_dataset(cfg)
-        try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
+        model = load_causal_lm(model_path, cfg)
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
                           remove_constant_reward_groups=g.remove_constant_reward_groups,
