@@ -31,12 +31,11 @@ def tiny():
 
 def _recomputed_logprobs(model, r: Rollouts, temperature: float) -> torch.Tensor:
     """log softmax(logits / T) of each sampled token from one plain forward pass over prompt + completion."""
-    ids = torch.cat([r.prompt_ids_BP, r.completion_ids_BT], 1)
-    mask = torch.cat([r.prompt_mask_BP, r.completion_mask_BT], 1)
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    batch = r.model_inputs()
+    P = batch.pop("prompt_len")
+    assert P == r.prompt_ids_BP.size(1) and batch["input_ids"].shape == (len(r), P + r.completion_ids_BT.size(1))
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    P = r.prompt_ids_BP.size(1)
+        logits = model(**batch).logits
     lp = torch.log_softmax(logits[:, P - 1:-1].float() / temperature, -1)
     return lp.gather(2, r.completion_ids_BT.unsqueeze(2)).squeeze(2) * r.completion_mask_BT
 
@@ -210,3 +209,20 @@ def test_completion_log_counts_completions_not_groups(tmp_path):
     assert len(rows) == 7 and rows[-1]["weight"] == 4 and rows[-1]["round"] == 0 and "advantage" not in rows[-1]
     assert CompletionLog(path, 0).write_rollouts(7, r, s) == 0 and CompletionLog(None, 4).write_rollouts(7, r, s) == 0
     assert len(path.read_text().splitlines()) == 7
+
+
+@pytest.mark.e2e
+def test_sampling_benchmark_runs_and_draws_the_same_tokens_as_plain_generate():
+    import subprocess
+    import sys
+
+    from rlft.config import configs_dir
+
+    root = configs_dir().parent
+    script = root.parent / "scripts" / "bench_rollout_sampling.py"
+    if not script.is_file():
+        pytest.skip("scripts/ not shipped with this install")
+    proc = subprocess.run([sys.executable, str(script), "--prompts", "2", "--n", "2", "--max-new-tokens", "4",
+                           "--rounds", "1"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "same tokens drawn: True" in proc.stdout and "ratio rlft/plain" in proc.stdout

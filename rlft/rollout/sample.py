@@ -59,6 +59,18 @@ class Rollouts:
     def row_prompt_ids(self) -> list[Any]:
         return [self.prompt_ids[i] for i in self.prompt_index]
 
+    def model_inputs(self, device=None) -> dict:
+        """Prompt + completion as one learner batch: `input_ids`, `attention_mask` (padding and tokens
+        after EOS off), `position_ids` numbered as generate numbers them (from the first real token), and
+        `prompt_len` P; the logits at positions P-1 ... P+T-2 predict the completion tokens."""
+        ids = torch.cat([self.prompt_ids_BP, self.completion_ids_BT], dim=1)
+        mask = torch.cat([self.prompt_mask_BP, self.completion_mask_BT], dim=1)
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        if device is not None:
+            out = {k: v.to(device) for k, v in out.items()}
+        return {**out, "prompt_len": self.prompt_ids_BP.size(1)}
+
 
 def render_prompt(tokenizer, prompt: Any) -> list[int]:
     """Token ids of one prompt as TRL's trainers build them: chat messages through the chat template
