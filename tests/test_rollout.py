@@ -226,3 +226,15 @@ def test_sampling_benchmark_runs_and_draws_the_same_tokens_as_plain_generate():
                            "--rounds", "1"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "same tokens drawn: True" in proc.stdout and "ratio rlft/plain" in proc.stdout
+
+
+def test_reward_suite_itself_never_passes_row_ids():
+    """Stages that call the suite directly (not through rollout.score) get the same rule."""
+    seen = {}
+
+    def grab(prompts, completions, answer):  # a strict signature: an extra column would make it fail
+        seen["answer"] = answer
+        return [1.0] * len(completions)
+
+    s = RewardSuite([SafeReward("grab", grab)]).score(["p"], ["c"], {"prompt_id": [3], "answer": ["a"]})
+    assert s.total == [1.0] and seen == {"answer": ["a"]}

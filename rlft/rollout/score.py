@@ -10,12 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlft.data.messages import as_text
+from rlft.rewards.safe import ROW_ID_COLUMNS as ID_COLUMNS
 from rlft.rewards.safe import RewardSuite
 
 __all__ = ["ID_COLUMNS", "Scores", "score", "score_texts"]
-
-# dataset columns that identify a row rather than describe it: never passed to reward functions
-ID_COLUMNS = ("prompt_id",)
 
 
 @dataclass
@@ -51,9 +49,10 @@ class Scores:
 def score_texts(suite: RewardSuite, prompts: Sequence[Any], completions: Sequence[Any],
                 columns: Mapping[str, Sequence[Any]] | None = None, *, count: bool = True) -> Scores:
     """Score B (prompt, completion) pairs; `columns` holds B values per extra dataset column (passed to
-    the reward functions as keyword arguments; `ID_COLUMNS` are left out). With `count=False` the suite's failure guard is left to
-    the caller (a multi-process trainer counts gathered totals once, so every rank stops together)."""
-    columns = {k: list(v) for k, v in (columns or {}).items() if k not in ID_COLUMNS}
+    the reward functions as keyword arguments; `ID_COLUMNS` are left out). With `count=False` the
+    suite's failure guard is left to the caller (a multi-process trainer counts gathered totals once,
+    so every rank stops together)."""
+    columns = {k: list(v) for k, v in (columns or {}).items()}  # the suite leaves out ID_COLUMNS
     out = suite.score([as_text(p) for p in prompts], [as_text(c) for c in completions], columns, count=count)
     return Scores(names=suite.names, per_reward=out.per_fn, total=out.total)
 
