@@ -238,3 +238,15 @@ def test_reward_suite_itself_never_passes_row_ids():
 
     s = RewardSuite([SafeReward("grab", grab)]).score(["p"], ["c"], {"prompt_id": [3], "answer": ["a"]})
     assert s.total == [1.0] and seen == {"answer": ["a"]}
+
+
+def test_evaluate_is_seeded_uncounted_and_leaves_no_metrics_behind(tiny):
+    from rlft.rollout import evaluate
+
+    model, tok = tiny
+    suite = RewardSuite([SafeReward("len", lambda p, c, **kw: [len(x) / 100 for x in c])])
+    params = SamplingParams(max_new_tokens=6, seed=5)
+    a = evaluate(model, tok, suite, PROMPTS, {}, 3, params)
+    b = evaluate(model, tok, suite, PROMPTS, {}, 3, params)
+    assert a == b and a["n"] == 6 and a["prompts"] == 2 and a["unscored"] == 0 and a["reward_mean"] > 0
+    assert suite.seen == 0 and suite.metrics() == {"rewards/len/errors": 0.0}  # nothing left in the window

@@ -66,6 +66,7 @@ class RlftGRPOTrainer(GRPOTrainer):
             _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
         self.completion_log = CompletionLog(hooks.completions_path, hooks.log_completions)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
+        self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
@@ -77,6 +78,13 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._capture_train_logps = False
         self._train_logps = None
         self._current_inputs = None
+
+    # --- state rlft keeps in each checkpoint (read by RunContext) ---------------------------------
+    def rlft_extra_state(self) -> dict:
+        return {"eval_start": self.eval_start}
+
+    def load_rlft_extra_state(self, state: dict) -> None:
+        self.eval_start = state.get("eval_start", self.eval_start)
 
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
