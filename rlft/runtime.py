@@ -341,12 +341,13 @@ class RunContext:
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
-        if hasattr(trainer, "rlft_state_dict"):
-            return trainer.rlft_state_dict()
-        state = {}
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None:
-            state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_state_dict"):  # the trainer knows its own (e.g. GRPO's KL controller state)
+            state = dict(trainer.rlft_state_dict())
+        else:
+            state = {}
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None:
+                state["kl_controller"] = kl_ctl.state_dict()
         if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
             state["trainer"] = trainer.rlft_extra_state()
         return state
@@ -356,10 +357,10 @@ class RunContext:
             return
         if hasattr(trainer, "load_rlft_state_dict"):
             trainer.load_rlft_state_dict(self.extra_state)
-            return
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None and "kl_controller" in self.extra_state:
-            kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        else:
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None and "kl_controller" in self.extra_state:
+                kl_ctl.load_state_dict(self.extra_state["kl_controller"])
         if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
             trainer.load_rlft_extra_state(self.extra_state["trainer"])
 

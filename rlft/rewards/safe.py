@@ -42,6 +42,9 @@ logger = logging.getLogger("rlft.rewards")
 
 # keys a reward entry in the config may carry
 _CFG_KEYS = {"fn", "weight", "kwargs", "name", "timeout_s"}
+# dataset columns that identify a row rather than describe it (rlft adds `prompt_id` to prompt data):
+# never passed to reward functions
+ROW_ID_COLUMNS = ("prompt_id",)
 
 # seconds one call may run unless the config says otherwise
 DEFAULT_TIMEOUT_S = 30.0
@@ -351,9 +354,10 @@ class RewardSuite:
     ) -> RewardScores:
         """Score a batch; raises :class:`RewardFailureError` when the guard trips. With
         ``count=False`` the batch is not counted toward the guard (the caller reports the
-        totals through :meth:`record`, e.g. once per gathered multi-process batch)."""
+        totals through :meth:`record`, e.g. once per gathered multi-process batch). Row-id
+        columns (``ROW_ID_COLUMNS``) are not passed to the functions."""
         n = len(completions)
-        columns = dict(columns or {})
+        columns = {k: v for k, v in (columns or {}).items() if k not in ROW_ID_COLUMNS}
         for key, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
