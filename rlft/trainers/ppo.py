@@ -120,6 +120,13 @@ class RlftPPOTrainer(Trainer):
         unwrapped.save_value_head(output_dir)
 
     def _load_checkpoint(self, ckpt: str) -> None:
+        self.load_weights_from(ckpt)
+        self._load_optimizer_and_scheduler(ckpt)
+        self._load_rng_state(ckpt)
+        self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+
+    def load_weights_from(self, ckpt) -> None:
+        """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
         from safetensors.torch import load_file
 
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -131,9 +138,6 @@ class RlftPPOTrainer(Trainer):
         else:
             unwrapped.policy.load_state_dict(load_file(str(Path(ckpt) / "model.safetensors")), strict=False)
         unwrapped.load_value_head(ckpt)
-        self._load_optimizer_and_scheduler(ckpt)
-        self._load_rng_state(ckpt)
-        self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
 
     # --- sampling ----------------------------------------------------------------------------
     def _rows_for_update(self, update: int) -> list[dict]:
