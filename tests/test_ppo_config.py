@@ -58,3 +58,9 @@ def test_settings_match_the_explained_schedule():
     s = ppo_settings(cfg)
     assert (s.num_updates, s.log_every, s.minibatches_per_step) == (10, 2, 4)
     assert s.optimizer_steps_per_update == 4  # 4 epochs x (4 minibatches / 4 accumulated)
+
+
+def test_processes_must_split_batch_and_minibatch():
+    res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp", "hw.num_processes=3"])
+    assert res.exit_code == 2
+    assert "error: hw.num_processes (command line)" in res.stderr and "divisible by hw.num_processes (3)" in res.stderr

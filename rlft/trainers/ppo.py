@@ -90,9 +90,13 @@ class RlftPPOTrainer(Trainer):
         self.eval_start: dict | None = None
         self.current_flos = 0
         world = self.accelerator.num_processes
-        if s.batch_size % world:
-            raise ValueError(f"ppo.batch_size ({s.batch_size}) must be divisible by the {world} processes")
-        self.local_batch = s.batch_size // world
+        if s.batch_size % world or s.mini_batch_size % world:
+            from rlft.run import RunError
+
+            raise RunError(f"ppo.batch_size ({s.batch_size}) and ppo.mini_batch_size ({s.mini_batch_size}) must be "
+                           f"divisible by the {world} processes: each process takes an equal share of both")
+        self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
+        self.local_mini = s.mini_batch_size // world
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
@@ -244,7 +248,7 @@ class RlftPPOTrainer(Trainer):
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
         s, model, acc = self.settings, self.model, self.accelerator
         n = self.local_batch
-        mb = min(s.mini_batch_size, n)
+        mb = min(self.local_mini, n)
         accum = s.minibatches_per_step
         sums: dict[str, float] = {}
         count = 0
