@@ -30,7 +30,7 @@ def parse_explain(text: str) -> dict[str, tuple[object, str]]:
     out: dict[str, tuple[object, str]] = {}
     stack: list[str] = []
     for line in text.splitlines():
-        if line.startswith("# schedule"):
+        if line.startswith(("# schedule", "# reference", "# grpo layout")):
             continue
         m = EXPLAIN_LEAF.match(line) or SECTION.match(line)
         assert m, f"unexpected line: {line!r}"

@@ -32,7 +32,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 @dataclass
 class ModelConfig:
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
-    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the base model (adapter disabled with LoRA), a checkpoint path, or null = none.")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled with LoRA), `init` = the model this stage starts from (with model.init_from; the default there), a checkpoint path, or null = none.")
+    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, adapter and tokenizer are loaded; model.name_or_path defaults to that run's base.")
+    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a fresh LoRA; `continue` = keep training the same adapter.", choices=["merge", "continue"])
+    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a chain of runs can be traced back.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
     tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
@@ -58,7 +61,9 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = F(1e-5, "Peak learning rate.", gt=0, le=1)
+    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e (Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x train.rl_lr_factor.", gt=0, le=1)
+    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides say 0.5-1.0).", gt=0, le=10)
+    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)

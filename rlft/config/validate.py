@@ -13,6 +13,8 @@ from typing import Any
 
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
+from rlft.config.init_from import resolve_init_from
+from rlft.config.lr import resolve_learning_rate
 from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
 from rlft.config.stages import SPECS as STAGE_SPECS
 from rlft.config.stages import STAGE_SECTIONS
@@ -190,7 +192,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         coef = g(key)
         if c.stage == stage and _is_number(coef) and coef > 0 and ref in (None, "none", ""):
             err(key, f"{key} > 0 needs a reference model: set model.ref to `base` (the model without the adapter) or a checkpoint path")
-    if isinstance(ref, str) and ref not in ("base", "none", "") and not Path(ref).expanduser().exists():
+    if ref == "init" and not g("model.init_from"):
+        err("model.ref", "`init` means the model this stage starts from and needs model.init_from (an earlier run)")
+    if isinstance(ref, str) and ref not in ("base", "init", "none", "") and not Path(ref).expanduser().exists():
         if ref.startswith((".", "/", "~")) or ref.count("/") > 1 or (os.sep != "/" and os.sep in ref):
             err("model.ref", f"reference checkpoint not found: {ref}")
         elif "/" in ref:  # `org/name`: a hub id, or a relative folder that is missing
@@ -322,6 +326,9 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
 def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) -> tuple[RlftConfig, list[Problem]]:
     """Return the typed config and warnings; raise ConfigError with every error (and warning)."""
     problems: list[Problem] = []
+    if check_files:
+        resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
+    resolve_learning_rate(c, problems)
     _walk(c, c.data, RlftConfig, "", problems)
     if c.data.get("stage", c.stage) != c.stage:
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))

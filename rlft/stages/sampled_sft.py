@@ -23,6 +23,9 @@ summary.json's eval.start / eval.end: mean total reward of fresh samples on the 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -33,6 +36,8 @@ from rlft.run import COMPLETE_MARKER, RunError, RunOptions
 from rlft.stages.decide import training_pairs
 from rlft.stages.samples_log import SamplesLog
 
+# Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
+FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
 EVAL_SEED_OFFSET = 7919  # eval draws from its own seed, the same for the start and the end
 
@@ -109,28 +114,37 @@ class SampledSFT:
 
         quiet_libraries(self.opts.verbose)
         sft_trl_config(self.cfg, self.cfg.train.output_dir or ".", self.composed)  # TRL's objections, before any folder
+        self._prepare_inputs()
         with RunContext(self.cfg, self.composed, self.opts, own_resume=True) as ctx:
             self.ctx = ctx
+            self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
             code = self._run()
             ctx.exit_code = code
             return code
 
-    def _run(self) -> int:
-        from rlft.models.loading import load_model_and_tokenizer
+    def _prepare_inputs(self) -> None:
+        """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
+        from rlft.models.loading import load_tokenizer, resolve_model_path
         from rlft.rewards import RewardResolveError, build_reward_suite
-        from rlft.stages.grpo import load_prompt_dataset
+        from rlft.stages.prompt_data import prepare_prompt_data
+
+        cfg = self.cfg
+        try:
+            self.suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=self.composed.dir_of("rewards"),
+                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+        except (RewardResolveError, ValueError) as exc:
+            raise RunError(str(exc)) from None
+        self.model_path = resolve_model_path(cfg)
+        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+
+    def _run(self) -> int:
+        from rlft.models.loading import load_causal_lm
 
         cfg, ctx = self.cfg, self.ctx
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset = load_prompt_dataset(cfg)
-        try:
-            self.suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
-        self.tokenizer = tokenizer
+        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
         eval_set = self._eval_set(dataset)
@@ -212,6 +226,12 @@ class SampledSFT:
                              "finished": rollouts.finished[b] if rollouts.finished else None})
             if self.ctx.rank == 0:
                 self.log.append(rows)
+            fault = os.environ.pop(FAULT_SIGTERM_AFTER_PROMPTS, None)
+            if fault is not None:
+                if idx[-1] + 1 >= int(fault):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    os.environ[FAULT_SIGTERM_AFTER_PROMPTS] = fault
             sig = self.ctx.interrupt.signal
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
@@ -296,4 +316,6 @@ class SampledSFT:
             folder = self.adapter_dir(r)
             trainer.save_model(str(folder))
             (folder / COMPLETE_MARKER).write_text("ok\n")
+            for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
+                shutil.rmtree(ckpt, ignore_errors=True)
         return code, model, trainer.state.global_step

@@ -129,6 +129,10 @@ class RlftPPOTrainer(Trainer):
         self._load_rng_state(ckpt)
         self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
 
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+        """transformers' weight-loading entry (used to redo an interrupted final save): adapter + value head."""
+        self.load_weights_from(resume_from_checkpoint)
+
     def load_weights_from(self, ckpt) -> None:
         """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
         from safetensors.torch import load_file
