@@ -42,7 +42,7 @@ def test_show_config_explain_converts_episodes_to_updates():
     res = CliRunner().invoke(app, ["show-config", "--stage", "ppo", "--hw", "cpu", "--explain", "ppo.num_episodes=640",
                                    "ppo.log_interval=32", "ppo.save_interval=160", "ppo.eval_interval=100"])
     assert res.exit_code == 0, res.output
-    line = res.stdout.strip().splitlines()[-1]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("# ppo schedule"))
     assert "640 episodes / batch_size 16 = 40 updates" in line
     assert "log_interval 32 episodes = every 2 update(s)" in line
     assert "eval_interval 100 episodes = every 6 update(s)" in line
