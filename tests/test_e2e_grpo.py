@@ -81,3 +81,17 @@ def test_reward_failure_guard_stops_the_run(tmp_path):
     assert res.returncode != 0
     assert "max_failure_fraction" in res.stderr or "no score" in res.stderr
     assert "Traceback (most recent call last)" not in res.stderr.split("rlft:")[-1]
+
+
+def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
+    """monitor.log_completions counts completions (not groups); rows carry the data row as prompt_id."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=2",
+                  "monitor.log_completions=3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    comps = read_jsonl(out / "completions.jsonl")
+    assert [c["step"] for c in comps] == [1, 1, 1, 2, 2, 2]
+    for c in comps:
+        assert set(c) == {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage"}
+        assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
+    assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt

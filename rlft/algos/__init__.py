@@ -21,8 +21,10 @@ from rlft.algos.awr import (
 from rlft.algos.kl import (
     discounted_future_sum,
     entropy_from_logp,
+    KL_PENALTIES,
     k3_kl,
     kl_penalty_advantages,
+    kl_penalty_per_token,
     kl_sample_train,
     masked_mean,
 )
@@ -33,6 +35,18 @@ from rlft.algos.kl_control import (
     make_kl_controller,
 )
 from rlft.algos.rejection import KEEP_RULES, keep_mask
+from rlft.algos.ppo import (
+    clipped_surrogate,
+    clipped_value_loss,
+    entropy_from_logits,
+    explained_variance,
+    gae,
+    last_token_index,
+    masked_var,
+    masked_whiten,
+    ppo_loss,
+    shape_rewards,
+)
 
 __all__ = [
     "AWR_BASELINES",
@@ -46,6 +60,18 @@ __all__ = [
     "normalize_advantages",
     "weighted_nll",
     "BASELINE_MODES",
+    "KL_PENALTIES",
+    "clipped_surrogate",
+    "clipped_value_loss",
+    "entropy_from_logits",
+    "explained_variance",
+    "gae",
+    "kl_penalty_per_token",
+    "last_token_index",
+    "masked_var",
+    "masked_whiten",
+    "ppo_loss",
+    "shape_rewards",
     "AdaptiveKLController",
     "FixedKLController",
     "adaptive_kl_update",

@@ -32,7 +32,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 @dataclass
 class ModelConfig:
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
-    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the base model (adapter disabled with LoRA), a checkpoint path, or null = none.")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled with LoRA), `init` = the model this stage starts from (with model.init_from; the default there), a checkpoint path, or null = none.")
+    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, adapter and tokenizer are loaded; model.name_or_path defaults to that run's base.")
+    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a fresh LoRA; `continue` = keep training the same adapter.", choices=["merge", "continue"])
+    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a chain of runs can be traced back.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
     tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
@@ -58,7 +61,9 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = F(1e-5, "Peak learning rate.", gt=0, le=1)
+    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e (Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x train.rl_lr_factor.", gt=0, le=1)
+    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides say 0.5-1.0).", gt=0, le=10)
+    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
@@ -72,7 +77,7 @@ class TrainConfig:
     fp16: bool = F(False, "float16 mixed precision (fallback where bf16 is unsupported).")
     tf32: Optional[bool] = F(None, "TF32 matmuls on Ampere+ GPUs (null = library default).")
     gradient_checkpointing: bool = F(False, "Recompute activations to save memory.")
-    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens.", ge=8)
+    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens; sampling stages fit prompts into it minus the completion budget (data.too_long).", ge=8)
     dataloader_num_workers: int = F(0, "Data-loading worker processes.", ge=0, le=64)
     seed: int = F(42, "Random seed for reproducibility.", ge=0)
     output_dir: Optional[str] = F(None, "Run folder; null = runs/<stage>-<timestamp>.")
@@ -93,7 +98,8 @@ class DataConfig:
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
-    eval_prompts: int = F(16, "Sampling stages (RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
+    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
+    eval_prompts: int = F(16, "Sampling stages (PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -102,6 +108,7 @@ class RewardConfig:
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
     name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
+    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions get no score (counted as errors); null = no limit, called in the main thread.", gt=0)
 
 
 @dataclass
@@ -149,22 +156,28 @@ class AWRConfig:
 
 @dataclass
 class PPOConfig:
-    batch_size: int = F(16, "Episodes per PPO update.", ge=1)
-    mini_batch_size: int = F(4, "Episodes per gradient update; must divide batch_size.", ge=1)
-    ppo_epochs: int = F(4, "Passes over each batch (4-8).", ge=1, le=64)
-    clip_range: float = F(0.2, "PPO clip epsilon (0.1-0.3).", gt=0, lt=1)
+    batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
+    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
+    ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
+    clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
+    cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
-    ent_coef: float = F(0.01, "Entropy bonus (0.001-0.1).", ge=0, le=1)
-    kl_penalty: str = F("kl", "KL estimator in the reward.", choices=["kl", "abs", "mse", "full"])
-    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1).", ge=0)
-    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
-    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl.")
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller (Ziegler et al. 2019).", ge=1)
-    max_episode_length: int = F(20, "Max tool calls per episode.", ge=1)
-    gamma: float = F(0.99, "Discount factor.", ge=0, le=1)
-    lam: float = F(0.95, "GAE lambda.", ge=0, le=1)
-    num_episodes: int = F(50000, "Total episodes (10K-50K).", ge=1)
-    temperature: float = F(1.0, "Sampling temperature.", gt=0, le=5)
+    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
+    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=["kl", "abs", "mse", "full"])
+    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
+    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
+    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
+    max_episode_length: int = F(20, "Max tool calls per episode (multi-turn episodes).", ge=1)
+    gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
+    lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
+    num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
+    log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
+    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
+    save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
+    temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
 
 
@@ -180,8 +193,8 @@ class GRPOConfig:
     kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])
     kl_discount_factor: float = F(0.0, "Discount of the KL penalty summed over later tokens (0 = none).", ge=0, le=1)
     adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
-    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller.", ge=1)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (as ppo.target_kl).", gt=0)
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in completions.", ge=1)
     loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=["importance_sampling", "ppo"])
     clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
     temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
@@ -227,7 +240,7 @@ class MonitorConfig:
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
-    log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
+    log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
 
 
 @dataclass

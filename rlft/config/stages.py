@@ -108,13 +108,15 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
     ),
     # Not built yet: its spec keeps `validate-config` and `rlft list` working.
     StageSpec(
-        name="ppo", section="ppo", runner=None,
+        name="ppo", section="ppo", runner="rlft.stages.ppo:run",  # rlft's own trainer (TRL 1.x has none)
+        data_columns=("data.prompt_column",),
         samples=True,
-        metrics=("reward", "reward_std", "kl_policy_ref", "kl_coef", "entropy", "value_loss", "policy_loss",
-                 "clip_frac", *_TRAIN_METRICS),
-        console=("reward", "kl_policy_ref", "entropy", "value_loss"),
-        health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "sampler_learner_mismatch"),
-        resume_breaking=("ppo.batch_size", "ppo.mini_batch_size"),
+        metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+                 "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
+                 "completion_length", "episodes", *_TRAIN_METRICS),
+        console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
+        health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
+        resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     ),
 )}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
+from rlft.stages.prompt_data import load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -58,39 +59,21 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     return build_trl_config(GRPOConfig, args, cfg, composed)
 
 
-def load_prompt_dataset(cfg: RlftConfig):
-    from datasets import Dataset
-
-    if cfg.data.train == "demo":
-        from rlft.demo import demo_prompts
-
-        ds = Dataset.from_list(demo_prompts())
-    else:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.train), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.train")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-    if cfg.data.max_samples:
-        ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
-    return ds
-
-
 TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
 
 
 def trl_reward_funcs(suite):
-    """One TRL reward callable per rlft reward; failures become None (TRL's 'no score')."""
-    from rlft.trainers.grpo import _text
+    """One TRL reward callable per rlft reward (TRL takes their names and count); failures become None
+    (TRL's 'no score'). RlftGRPOTrainer scores through the suite itself (rlft.rollout.score_texts), so
+    these run only if TRL calls them directly."""
+    from rlft.data.messages import as_text
+    from rlft.trainers.grpo import NOT_REWARD_COLUMNS
 
     funcs = []
     for safe in suite.rewards:
         def fn(prompts, completions, _safe=safe, **kwargs):
-            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
-            return _safe([_text(p) for p in prompts], [_text(c) for c in completions], **columns)
+            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS and k not in NOT_REWARD_COLUMNS}
+            return _safe([as_text(p) for p in prompts], [as_text(c) for c in completions], **columns)
         fn.__name__ = safe.name
         funcs.append(fn)
     return funcs
@@ -104,18 +87,23 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     quiet_libraries(opts.verbose)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
+    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.rewards import RewardResolveError, build_reward_suite
+
+    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
+    try:
+        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    model_path = resolve_model_path(cfg)
+    tokenizer = load_tokenizer(model_path, cfg)
+    dataset = prepare_prompt_data(cfg, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
-        from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset = load_prompt_dataset(cfg)
-        try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
+        model = load_causal_lm(model_path, cfg)
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
                           remove_constant_reward_groups=g.remove_constant_reward_groups,

@@ -114,28 +114,37 @@ class SampledSFT:
 
         quiet_libraries(self.opts.verbose)
         sft_trl_config(self.cfg, self.cfg.train.output_dir or ".", self.composed)  # TRL's objections, before any folder
+        self._prepare_inputs()
         with RunContext(self.cfg, self.composed, self.opts, own_resume=True) as ctx:
             self.ctx = ctx
+            self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
             code = self._run()
             ctx.exit_code = code
             return code
 
-    def _run(self) -> int:
-        from rlft.models.loading import load_model_and_tokenizer
+    def _prepare_inputs(self) -> None:
+        """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
+        from rlft.models.loading import load_tokenizer, resolve_model_path
         from rlft.rewards import RewardResolveError, build_reward_suite
-        from rlft.stages.grpo import load_prompt_dataset
+        from rlft.stages.prompt_data import prepare_prompt_data
+
+        cfg = self.cfg
+        try:
+            self.suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=self.composed.dir_of("rewards"),
+                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+        except (RewardResolveError, ValueError) as exc:
+            raise RunError(str(exc)) from None
+        self.model_path = resolve_model_path(cfg)
+        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+
+    def _run(self) -> int:
+        from rlft.models.loading import load_causal_lm
 
         cfg, ctx = self.cfg, self.ctx
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset = load_prompt_dataset(cfg)
-        try:
-            self.suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
-        self.tokenizer = tokenizer
+        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
         eval_set = self._eval_set(dataset)

@@ -1,20 +1,20 @@
 """TRL's GRPOTrainer with rlft's group-advantage and KL-penalty hooks.
 
-TRL computes advantages inline in `_generate_and_score_completions`. We let it run, then replace
-`advantages` with rlft's own, computed by the pure functions in `rlft.algos` from the rewards of
-all processes (captured from `_calculate_rewards`, which returns them gathered), and slice this
-process's share back out. TRL's loss accepts per-token (B, T) advantages, which carries the KL
-penalty folded into the advantage.
+TRL generates; rlft scores and logs through its rollout layer: `_calculate_rewards` scores the
+completions with the shared scorer (`rlft.rollout.score_texts`, the safe reward suite) and gathers
+the scores over processes. TRL then computes advantages inline in `_generate_and_score_completions`;
+we let it run, then replace `advantages` with rlft's own, computed by the pure functions in
+`rlft.algos` from the gathered rewards, and slice this process's share back out. TRL's loss accepts
+per-token (B, T) advantages, which carries the KL penalty folded into the advantage. Completions go
+to completions.jsonl through the shared `rlft.rollout.CompletionLog`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
 
@@ -22,6 +22,12 @@ from rlft.algos import (
     constant_group_mask, expand_group_mask, group_advantages, kl_penalty_advantages, kl_sample_train,
     make_kl_controller,
 )
+from rlft.data.messages import as_text
+from rlft.rewards.safe import RewardSuite, SafeReward
+from rlft.rollout import CompletionLog, score_texts
+
+# dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
+NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", "prompt_id")
 
 
 @dataclass
@@ -40,20 +46,25 @@ class GRPOHooks:
     log_completions: int = 4                  # per step; -1 = all
 
 
-def _text(x: Any) -> str:
-    """A prompt or completion as plain text (chat messages → their contents)."""
-    if isinstance(x, str):
-        return x
-    if isinstance(x, list):
-        return "\n".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in x)
-    return str(x)
+def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
+    """A never-stopping suite over TRL-style plain reward callables (trainers built without rlft's suite);
+    None when a reward is a model or async, which only TRL's own scoring handles."""
+    import inspect
+
+    if any(isinstance(f, torch.nn.Module) or inspect.iscoroutinefunction(f) for f in funcs):
+        return None
+    return RewardSuite([SafeReward(n, f, float(w)) for f, n, w in zip(funcs, names, weights.tolist())],
+                       max_failure_fraction=1.0)
 
 
 class RlftGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, hooks: GRPOHooks, reward_suite=None, ref_model_for_kl=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.hooks = hooks
-        self.reward_suite = reward_suite
+        self.reward_suite = reward_suite if reward_suite is not None else \
+            _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
+        self.completion_log = CompletionLog(hooks.completions_path, hooks.log_completions)
+        self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
@@ -66,10 +77,35 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._train_logps = None
         self._current_inputs = None
 
+    # --- state saved with each checkpoint ------------------------------------------------------
+    def rlft_state_dict(self) -> dict:
+        """The KL controller and the KL measured since its last update (the next update's input): without
+        it a resumed run skips one update and its coefficient stays one step behind."""
+        return {"kl_controller": self.kl_ctl.state_dict(), "last_kl": self._last_kl}
+
+    def load_rlft_state_dict(self, state: dict) -> None:
+        if "kl_controller" in state:
+            self.kl_ctl.load_state_dict(state["kl_controller"])
+        self._last_kl = state.get("last_kl", self._last_kl)
+        if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
+            self.beta = self.kl_ctl.value
+
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards_per_func = rewards  # gathered over processes: (N_all, F), NaN = no score
+        """This process's completions scored by the shared scorer, gathered over processes: (N_all, F),
+        NaN = no score. The failure guard counts the gathered batch later, once, on every rank."""
+        if self.reward_suite is None:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        else:
+            columns = {k: [ex[k] for ex in inputs] for k in inputs[0] if k not in NOT_REWARD_COLUMNS}
+            scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
+            rewards = self.accelerator.gather(scores.per_reward_tensor(device=self.accelerator.device))
+        self._rewards_per_func = rewards
+        self._batch_log = None
+        if self.completion_log.enabled and self.model.training:
+            ids = [ex.get("prompt_id") for ex in inputs]
+            self._batch_log = (gather_object(ids), gather_object([as_text(p) for p in prompts]),
+                               gather_object([as_text(c) for c in completions]))
         return rewards
 
     # --- reference log-probs -----------------------------------------------------------------
@@ -111,9 +147,10 @@ class RlftGRPOTrainer(GRPOTrainer):
         m["frac_constant_groups"].append(const_P.float().mean().item())
         m["frac_unscored"].append((~valid).float().mean().item())
         if self.reward_suite is not None:
-            for r in self.reward_suite.rewards:
-                errs = torch.tensor(float(r.pop_counts()["errors"]), device=device)
-                m[f"rewards/{r.name}/errors"].append(self.accelerator.gather(errs).sum().item())
+            local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
+            for name in self.reward_suite.names:
+                errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
+                m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
             self.reward_suite.record(valid.numel(), (~valid).sum().item())  # may stop the run
 
         start = self.accelerator.process_index * n_local
@@ -213,26 +250,15 @@ class RlftGRPOTrainer(GRPOTrainer):
 
     # --- completions.jsonl ---------------------------------------------------------------------
     def _write_completions(self, out, rpf, total, adv) -> None:
-        h = self.hooks
-        if not h.completions_path or h.log_completions == 0:
+        """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
+        if self._batch_log is None or not self.accelerator.is_main_process:
             return
-        n_all = total.numel()
-        prompts = [_text(p) for p in list(self._logs["prompt"])[-n_all:]]  # TRL keeps the gathered batch
-        completions = [_text(c) for c in list(self._logs["completion"])[-n_all:]]
-        if not self.accelerator.is_main_process or len(completions) != n_all:
+        ids, prompts, completions = self._batch_log
+        if len(completions) != total.numel():
             return
-        n = len(completions) if h.log_completions < 0 else min(h.log_completions * h.group_size, len(completions))
-        step = self.state.global_step + 1
-        with open(h.completions_path, "a") as f:
-            for i in range(n):
-                row = {"step": step, "group": i // h.group_size, "prompt": prompts[i], "completion": completions[i],
-                       "rewards": {name: _num(rpf[i, j].item()) for j, name in enumerate(self.reward_func_names)},
-                       "total": _num(total[i].item()), "advantage": round(adv[i].item(), 6)}
-                f.write(json.dumps(row) + "\n")
-
-
-def _num(x: float):
-    return None if math.isnan(x) else round(x, 6)
+        rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
+        self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
+                                  advantages=adv.tolist())
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:
