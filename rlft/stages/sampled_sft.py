@@ -310,6 +310,13 @@ class SampledSFT:
         ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
         if ctx.resume_from is not None:
             self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
+        if self.opts.resume and ctx.rank == 0:  # steps after the resume point run again and log anew
+            from rlft.run import checkpoint_step
+            from rlft.runtime import drop_rows_after
+
+            done = step_offset + (checkpoint_step(ctx.resume_from) if ctx.resume_from is not None else 0)
+            for path in (ctx.run.metrics, ctx.run.health):
+                drop_rows_after(path, done)
         code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
         model = trainer.accelerator.unwrap_model(trainer.model)
         if code == 0 and r < self.rounds and trainer.args.should_save:
