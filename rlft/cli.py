@@ -137,7 +137,11 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
 def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
           overrides: Optional[List[str]] = OVERRIDES_ARG,
           resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest checkpoint."),
-          overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder."),
+          overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder (the old "
+                                         "one is moved to <name>.old and deleted at the new run's first checkpoint)."),
+          allow_config_change: bool = typer.Option(False, "--allow-config-change",
+                                                   help="With --resume: continue with a changed config (changed keys "
+                                                        "are listed; shape-changing keys are still refused)."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
     from rlft.monitor.streams import protect_std_streams
@@ -165,16 +169,23 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         raise typer.Exit(2)
     from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change)
     try:
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):
             from rlft.launch import launch
 
-            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start
+            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start; holds the lock
             argv = [a for a in sys.argv[1:] if a != "--overwrite"]
             argv = _replace_hw(argv, hw) + [f"train.output_dir={run.root}"]
-            raise typer.Exit(launch(cfg, argv))
+            try:
+                code = launch(cfg, argv)
+            finally:
+                if run.replaced is not None:
+                    _err(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
+                         f"checkpoint); move it back or delete it")
+                run.release()
+            raise typer.Exit(code)
         code = runner(cfg, composed, opts)
     except ConfigError as exc:  # e.g. TRL rejected the settings while the stage built its trainer config
         _print_problems(exc.problems)
@@ -196,6 +207,7 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
 pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
                            no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
+USES_REFERENCE = ("grpo", "ppo", "dpo")  # stages that measure KL or preferences against a frozen model
 PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
 PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<number or name>.KEY=VALUE for one.")
 PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
@@ -235,7 +247,10 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
     pipe, checked = _load_pipeline(path, overrides, hw)
     for i, (entry, cfg, composed, _) in enumerate(checked):
         typer.echo(f"# ---- {entry.label}: {entry.stage}, hw {entry.hw or hw}, run folder {pipe.stage_dir(entry)}")
-        if i and not cfg.model.init_from and not entry.sets_init_from:
+        if entry.stage not in USES_REFERENCE:
+            typer.echo(f"# reference: none ({entry.stage} uses no reference model)"
+                       + (f"; starts from {checked[i - 1][0].label}" if i and not entry.sets_init_from else ""))
+        elif i and not cfg.model.init_from and not entry.sets_init_from:
             prev = checked[i - 1][0]
             typer.echo(f"# starts from {prev.label} ({pipe.stage_dir(prev)}), set when that stage has finished; "
                        f"reference: {describe_reference('init', pipe.stage_dir(prev), cfg.model.init_mode)}"

@@ -7,19 +7,26 @@
       health.jsonl        every health-rule firing
       checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
       final/              PEFT adapter (or full model) + tokenizer
+      .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.config.compose import Composed
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig
+
+LOCK_NAME = ".rlft.lock"
+REPLACES_NAME = ".rlft_replaces"  # in a run started with --overwrite: the moved-aside folder it replaces
 
 
 @dataclass
@@ -27,6 +34,7 @@ class RunOptions:
     resume: bool = False
     overwrite: bool = False
     verbose: bool = False
+    allow_config_change: bool = False
 
 
 class RunError(Exception):
@@ -37,9 +45,78 @@ class RunError(Exception):
         self.exit_code = exit_code
 
 
+def describe_holder(holder: dict | None) -> str:
+    if not holder:
+        return "an unknown process"
+    return f"pid {holder.get('pid')} on host {holder.get('host')}"
+
+
+class RunLock:
+    """Exclusive lock on a run folder: an flock'ed file holding the holder's pid and host.
+
+    The kernel drops an flock when its process dies, so a lock left by a killed run is recognised
+    as stale without guessing; the pid/host inside are for the error message and the take-over note."""
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / LOCK_NAME
+        self._fd: int | None = None
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text() or "null")
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        for _ in range(5):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                holder = self._read()
+                raise RunError(f"run folder {self.path.parent} is in use by another rlft run ({describe_holder(holder)}, "
+                               f"lock file {self.path}); wait for it to finish or stop it, or use another "
+                               f"train.output_dir") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder released (unlinked) it between our open and flock: try again
+                os.close(fd)
+                continue
+            old = self._read()
+            if old and old.get("pid") != os.getpid():
+                print(f"rlft: taking over a stale lock on {self.path.parent}: {describe_holder(old)} ended "
+                      f"without releasing it", file=sys.stderr)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "started": round(time.time(), 3)}).encode(), 0)
+            self._fd = fd
+            return self
+        raise RunError(f"could not lock run folder {self.path.parent}: its lock file keeps changing")
+
+    def moved_to(self, root: Path) -> None:
+        """The locked folder was renamed: the open lock follows the file."""
+        self.path = Path(root) / LOCK_NAME
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()  # unlink before closing: a waiter that opened the old file retries
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
 @dataclass
 class RunDir:
     root: Path
+    lock: RunLock | None = field(default=None, repr=False, compare=False)
 
     @property
     def config(self) -> Path:
@@ -64,6 +141,29 @@ class RunDir:
     @property
     def final(self) -> Path:
         return self.root / "final"
+
+    @property
+    def replaced(self) -> Path | None:
+        """The folder this run replaces (--overwrite), kept until this run's first checkpoint."""
+        marker = self.root / REPLACES_NAME
+        if not marker.is_file():
+            return None
+        return Path(marker.read_text().strip())
+
+    def drop_replaced(self) -> None:
+        """This run has shown it works (a checkpoint or its final model is on disk): delete the old run."""
+        old = self.replaced
+        if old is None:
+            return
+        if old.exists():
+            shutil.rmtree(old)
+            print(f"rlft: deleted the replaced run {old} (this run has written a checkpoint)", file=sys.stderr)
+        (self.root / REPLACES_NAME).unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     @property
     def samples(self) -> Path:
@@ -115,13 +215,17 @@ def check_writable(folder: Path, what: str = "run folder", key: str = "train.out
                        f"set {key} to a folder you can write to") from None
 
 
+def aside_path(root: Path) -> Path:
+    return root.with_name(root.name + ".old")
+
+
 def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
-    """Create (or reopen for --resume) the run folder and write config.yaml before training starts."""
+    """Create (or reopen for --resume) the run folder, lock it and write config.yaml before training starts."""
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
     check_writable(run.root)
-    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked and created it
+    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked, created and locked it
         run.root.mkdir(parents=True, exist_ok=True)
         run.checkpoints.mkdir(exist_ok=True)
         return run
@@ -132,14 +236,36 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
         if not exists:
             raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
                            f"(drop --resume to start a new run)")
+        run.lock = RunLock(run.root).acquire()
     elif exists:
+        held = RunLock(run.root).acquire()  # refuses a folder a live run is using, before touching it
         if not opts.overwrite:
+            held.release()
             raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
                            f"or --overwrite to replace it (or set train.output_dir)")
-        shutil.rmtree(run.root)
-    run.root.mkdir(parents=True, exist_ok=True)
-    run.checkpoints.mkdir(exist_ok=True)
-    text = render_yaml(cfg, composed)
-    if not opts.resume or not run.config.exists():
-        run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n{text}")
+        old = aside_path(run.root)
+        if old.exists():
+            held.release()
+            raise RunError(f"cannot --overwrite {run.root}: {old} already exists (kept by an earlier --overwrite "
+                           f"whose new run never wrote a checkpoint); delete or rename it first")
+        # Moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there.
+        run.root.rename(old)
+        held.moved_to(old)
+        run.root.mkdir(parents=True)
+        run.lock = RunLock(run.root).acquire()
+        held.release()
+        (run.root / REPLACES_NAME).write_text(str(old.resolve()) + "\n")
+        print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
+              f"first checkpoint", file=sys.stderr)
+    else:
+        run.root.mkdir(parents=True, exist_ok=True)
+        run.lock = RunLock(run.root).acquire()
+    try:
+        run.checkpoints.mkdir(exist_ok=True)
+        text = render_yaml(cfg, composed)
+        if not opts.resume or not run.config.exists():
+            run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n{text}")
+    except BaseException:
+        run.release()
+        raise
     return run

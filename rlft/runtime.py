@@ -44,6 +44,92 @@ def quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors it lists."""
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size:
+                raise ValueError
+            header = json.loads(f.read(n))
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return f"{path.name} is truncated or not safetensors ({size} bytes)"
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive; a truncated one has lost its central directory."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK":
+        return f"{path.name} is empty or truncated" if path.stat().st_size < 2 else None  # legacy pickle: unchecked
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError):
+        return f"{path.name} is truncated ({path.stat().st_size} bytes)"
+    return None
+
+
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safetensors.index.json", "adapter_model.bin",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a marked checkpoint cannot be resumed from (missing or truncated files), or None if it looks whole."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        json.loads(state.read_text())
+    except ValueError:
+        return "trainer_state.json is not valid JSON"
+    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("pytorch_model_fsdp*")):
+        return "it holds no model weights"
+    for file in sorted(path.glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    for file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin")]):
+        problem = _torch_file_problem(file)
+        if problem:
+            return problem
+    return None
+
+
+def drop_rows_after(path: Path, step: int) -> int:
+    """Remove rows of steps after `step` from a jsonl log: a resumed run trains them again and writes them anew."""
+    if not path.is_file():
+        return 0
+    keep, dropped = [], 0
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            row_step = None  # a line cut short by a kill: not a row
+            if not line.strip() or not line.endswith("\n"):
+                dropped += 1
+                continue
+        if isinstance(row_step, (int, float)) and row_step > step:
+            dropped += 1
+        else:
+            keep.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+        print(f"rlft: removed {dropped} row(s) after step {step} from {path.name}: those steps run again",
+              file=sys.stderr)
+    return dropped
+
+
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -92,6 +178,7 @@ class RunContext:
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
+        self.final_only = False  # resume of a run killed during its final save: only redo that save
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.steps = 0
@@ -102,11 +189,15 @@ class RunContext:
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
-        if self.opts.resume:
-            if self.own_resume:
-                self._check_resume_config()
-            else:
-                self.resume_from = self._resolve_resume()
+        try:
+            if self.opts.resume:
+                if self.own_resume:
+                    self._check_resume_config()
+                else:
+                    self.resume_from = self._resolve_resume()
+        except BaseException:
+            self.run.release()
+            raise
         self.interrupt.install()
         if self.cfg.hw.cpu_threads:
             import torch
@@ -119,12 +210,18 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
-        if self.rank == 0 and hasattr(self, "run"):
-            if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
-                self.write_summary(exc.exit_code, error=str(exc))
-            else:
-                self.write_summary(None if exc_type is not None else self.exit_code,
-                                   error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+        run = getattr(self, "run", None)
+        if run is not None:
+            if self.rank == 0:
+                if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                    self.write_summary(exc.exit_code, error=str(exc))
+                else:
+                    self.write_summary(None if exc_type is not None else self.exit_code,
+                                       error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+            if run.replaced is not None and self.rank == 0:
+                print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
+                      f"checkpoint); move it back or delete it", file=sys.stderr)
+            run.release()
         return False
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
@@ -164,6 +261,13 @@ class RunContext:
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
+        while good and (problem := checkpoint_problem(good[-1])):
+            bad = good.pop()
+            aside = bad.with_name(f"damaged-{bad.name}")  # out of the trainer's checkpoint-* rotation
+            if self.rank == 0:
+                bad.rename(aside)
+            print(f"rlft: WARNING {bad.name} is damaged ({problem}); moved it to {aside} and falling back to "
+                  f"{good[-1].name if good else 'no checkpoint'}", file=sys.stderr)
         if not good:
             if self.run.final.exists():
                 raise RunError(f"nothing left to do: {self.run.root} holds a finished run (final/) and no checkpoint to continue from")
@@ -173,9 +277,18 @@ class RunContext:
         target = self.cfg.train.max_steps
         if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
             target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
+        if target > 0 and step >= target and not self.run.final.is_dir():
+            # killed during the final save (final/ appears only by a rename once complete): do it again
+            print(f"rlft: {self.run.root} reached step {step} but its final model was not saved completely; "
+                  f"saving it again from {newest.name}", file=sys.stderr)
+            self.final_only = True
+            return newest
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
+        if self.rank == 0:
+            for path in (self.run.metrics, self.run.completions, self.run.health):
+                drop_rows_after(path, step)
         state_file = newest / RLFT_STATE
         if state_file.is_file():
             self.extra_state = json.loads(state_file.read_text())
@@ -198,6 +311,8 @@ class RunContext:
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
+        if hasattr(trainer, "rlft_state_dict"):
+            return trainer.rlft_state_dict()
         state = {}
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None:
@@ -207,6 +322,11 @@ class RunContext:
         return state
 
     def load_rlft_state(self, trainer) -> None:
+        if not self.extra_state:
+            return
+        if hasattr(trainer, "load_rlft_state_dict"):
+            trainer.load_rlft_state_dict(self.extra_state)
+            return
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None and "kl_controller" in self.extra_state:
             kl_ctl.load_state_dict(self.extra_state["kl_controller"])
@@ -230,6 +350,14 @@ class RunContext:
         self.trainer = trainer
         self.health.attach(trainer, self)
         self.load_rlft_state(trainer)
+        if self.final_only:
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(str(self.resume_from))  # the weights only; nothing left to train
+            trainer.state = TrainerState.load_from_json(str(self.resume_from / "trainer_state.json"))
+            self.console.close()
+            self.save_final(trainer, tokenizer)
+            return 0
         try:
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except RunStopped as exc:
@@ -287,16 +415,20 @@ class RunContext:
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")
+            self.run.drop_replaced()
 
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
+        import shutil
+
         tmp = self.run.root / "final.tmp"
+        if trainer.args.should_save and tmp.exists():
+            shutil.rmtree(tmp)  # left by a save that was killed half-way
         trainer.save_model(str(tmp))
         if trainer.args.should_save:
             tokenizer.save_pretrained(str(tmp))
-            import shutil
-
             if self.run.final.exists():
                 shutil.rmtree(self.run.final)
             tmp.rename(self.run.final)
+            self.run.drop_replaced()
             print(f"rlft: done at step {trainer.state.global_step}; final model in {self.run.final}", file=sys.stderr)

@@ -101,6 +101,16 @@ def test_validate_cli_imports_no_torch(tmp_path):
     assert "pipeline OK: three: orpo -> dpo -> grpo" in res.stdout
 
 
+def test_tool_use_example_validates_with_the_guides_rates():
+    res = run_cli("pipeline", "show", EXAMPLES / "pipeline_tool_use.yaml", "--hw", "a100")
+    assert res.returncode == 0, res.stderr
+    rates = [float(line.split(":")[1].split("#")[0]) for line in res.stdout.splitlines()
+             if line.strip().startswith("learning_rate:")]
+    assert rates == [5e-6, 3e-6, 1e-6]  # falling stage by stage (staged guide)
+    assert "reference: none (orpo uses no reference model)" in res.stdout
+    assert "starts from stage 2 (rs_sft)" in res.stdout and "the model this stage starts from" in res.stdout
+
+
 @pytest.mark.e2e
 def test_pipeline_killed_in_stage_two_resumes(tmp_path):
     path = write(tmp_path, f"""name: demo

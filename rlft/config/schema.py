@@ -61,7 +61,9 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = F(1e-5, "Peak learning rate.", gt=0, le=1)
+    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e (Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x train.rl_lr_factor.", gt=0, le=1)
+    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides say 0.5-1.0).", gt=0, le=10)
+    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
@@ -97,7 +99,7 @@ class DataConfig:
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
     too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
-    eval_prompts: int = F(16, "Sampling stages (RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
+    eval_prompts: int = F(16, "Sampling stages (PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -172,9 +174,8 @@ class PPOConfig:
     lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
     num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
     log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
-    eval_interval: int = F(1000, "Evaluate on held-out prompts every N episodes (rounded to whole updates).", ge=1)
+    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
     save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
-    eval_episodes: int = F(16, "Episodes sampled (one per evaluation prompt, fixed seed) at each evaluation.", ge=1)
     temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)

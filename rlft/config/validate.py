@@ -14,6 +14,7 @@ from typing import Any
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.init_from import resolve_init_from
+from rlft.config.lr import resolve_learning_rate
 from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
 from rlft.config.stages import SPECS as STAGE_SPECS
 from rlft.config.stages import STAGE_SECTIONS
@@ -320,12 +321,13 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
 def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) -> tuple[RlftConfig, list[Problem]]:
     """Return the typed config and warnings; raise ConfigError with every error (and warning)."""
     problems: list[Problem] = []
+    if check_files:
+        resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
+    resolve_learning_rate(c, problems)
     _walk(c, c.data, RlftConfig, "", problems)
     if c.data.get("stage", c.stage) != c.stage:
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
     c.data["stage"] = c.stage
-    if check_files:
-        resolve_init_from(c, problems)
     _cross_field(c, problems, for_train)  # guarded by type checks, so it is safe after type errors
     _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):

@@ -43,7 +43,7 @@ def ppo_settings(cfg: RlftConfig):
         log_every=episodes_to_updates(p.log_interval, p.batch_size),
         eval_every=episodes_to_updates(p.eval_interval, p.batch_size),
         save_every=episodes_to_updates(p.save_interval, p.batch_size),
-        eval_episodes=p.eval_episodes, temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
+        temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
         seed=cfg.train.seed)
 
 
@@ -60,31 +60,38 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     return TrainingArguments(**args)
 
 
-def _rows(cfg: RlftConfig, key: str):
-    from rlft.stages.grpo import load_prompt_dataset
-
-    if key == "eval":
-        if not cfg.data.eval:
-            return None
+def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
+    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
+    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+    k = cfg.data.eval_prompts
+    if not k:
+        return []
+    ds = train_ds
+    if cfg.data.eval:
         from rlft.data import DataError
         from rlft.data.load import load_table, prepare_prompt_dataset
+        from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
 
         try:
             ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
                                         system_prompt=cfg.data.system_prompt, source="data.eval")
         except DataError as exc:
             raise RunError(str(exc)) from None
-        return ds.to_list()
-    return load_prompt_dataset(cfg).to_list()
+        check_reward_columns(ds, suite)
+        ds = fit_prompt_lengths(cfg, ds, tokenizer)
+    return ds.select(range(min(k, len(ds)))).to_list()
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.models.loading import load_tokenizer, resolve_model_path
-    from rlft.rewards import RewardResolveError, build_reward_suite
+    import sys
+
     from rlft.runtime import RunContext, quiet_libraries
-    from rlft.stages.prompt_data import prepare_prompt_data
 
     quiet_libraries(opts.verbose)
+    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.rewards import RewardResolveError, build_reward_suite
+    from rlft.stages.prompt_data import prepare_prompt_data
+
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
     try:
         suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
@@ -93,14 +100,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         raise RunError(str(exc)) from None
     model_path = resolve_model_path(cfg)
     tokenizer = load_tokenizer(model_path, cfg)
-    train_rows = prepare_prompt_data(cfg, tokenizer, suite).to_list()
-    eval_rows = _rows(cfg, "eval") or train_rows
+    dataset = prepare_prompt_data(cfg, tokenizer, suite)
+    evals = eval_rows(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
-        import sys
-
         from peft import get_peft_model
 
-        from rlft.models.loading import load_causal_lm, load_reference, lora_config
         from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
         from rlft.trainers.ppo import RlftPPOTrainer
 
@@ -121,13 +125,13 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             args=training_arguments(cfg, str(ctx.run.checkpoints)),
             processing_class=tokenizer,
             settings=ppo_settings(cfg),
-            train_rows=train_rows,
-            eval_rows=eval_rows,
+            train_rows=dataset.to_list(),
+            eval_rows=evals,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions),
             log_completions=cfg.monitor.log_completions,
-            summary_path=str(ctx.run.root / "summary.json"),
+            eval_out=ctx.eval,
             ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
         )
         return ctx.train(trainer, tokenizer)

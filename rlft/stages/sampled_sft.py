@@ -23,6 +23,9 @@ summary.json's eval.start / eval.end: mean total reward of fresh samples on the 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -33,6 +36,8 @@ from rlft.run import COMPLETE_MARKER, RunError, RunOptions
 from rlft.stages.decide import training_pairs
 from rlft.stages.samples_log import SamplesLog
 
+# Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
+FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
 EVAL_SEED_OFFSET = 7919  # eval draws from its own seed, the same for the start and the end
 
@@ -221,6 +226,12 @@ class SampledSFT:
                              "finished": rollouts.finished[b] if rollouts.finished else None})
             if self.ctx.rank == 0:
                 self.log.append(rows)
+            fault = os.environ.pop(FAULT_SIGTERM_AFTER_PROMPTS, None)
+            if fault is not None:
+                if idx[-1] + 1 >= int(fault):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    os.environ[FAULT_SIGTERM_AFTER_PROMPTS] = fault
             sig = self.ctx.interrupt.signal
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
@@ -305,4 +316,6 @@ class SampledSFT:
             folder = self.adapter_dir(r)
             trainer.save_model(str(folder))
             (folder / COMPLETE_MARKER).write_text("ok\n")
+            for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
+                shutil.rmtree(ckpt, ignore_errors=True)
         return code, model, trainer.state.global_step

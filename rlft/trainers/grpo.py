@@ -77,6 +77,19 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._train_logps = None
         self._current_inputs = None
 
+    # --- state saved with each checkpoint ------------------------------------------------------
+    def rlft_state_dict(self) -> dict:
+        """The KL controller and the KL measured since its last update (the next update's input): without
+        it a resumed run skips one update and its coefficient stays one step behind."""
+        return {"kl_controller": self.kl_ctl.state_dict(), "last_kl": self._last_kl}
+
+    def load_rlft_state_dict(self, state: dict) -> None:
+        if "kl_controller" in state:
+            self.kl_ctl.load_state_dict(state["kl_controller"])
+        self._last_kl = state.get("last_kl", self._last_kl)
+        if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
+            self.beta = self.kl_ctl.value
+
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """This process's completions scored by the shared scorer, gathered over processes: (N_all, F),

@@ -16,25 +16,20 @@ A `step` in metrics.jsonl and checkpoints is one update.
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
-    entropy_from_logits, explained_variance, gae, kl_penalty_per_token, make_kl_controller, masked_mean,
-    masked_whiten, ppo_loss, shape_rewards,
+    entropy_from_logits, explained_variance, gae, kl_penalty_per_token, kl_sample_train, make_kl_controller,
+    masked_mean, masked_whiten, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
-
-STATE_FILE = "ppo_state.json"
-
+from rlft.rollout import CompletionLog, SamplingParams, sample, score
 
 @dataclass
 class PPOSettings:
@@ -58,7 +53,6 @@ class PPOSettings:
     log_every: int = 1        # in updates
     eval_every: int = 10      # in updates
     save_every: int = 100     # in updates
-    eval_episodes: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 64
@@ -79,25 +73,17 @@ class PPOSettings:
         return self.ppo_epochs * math.ceil(per_epoch / self.minibatches_per_step)
 
 
-def _text(x: Any) -> str:
-    if isinstance(x, str):
-        return x
-    if isinstance(x, list):
-        return "\n".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in x)
-    return str(x)
-
-
 class RlftPPOTrainer(Trainer):
     def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
                  train_rows: list[dict], eval_rows: list[dict], reward_suite, callbacks=None,
-                 completions_path: str | None = None, log_completions: int = 4, summary_path: str | None = None,
+                 completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
                  ref_model=None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
         self.train_rows, self.eval_rows = train_rows, eval_rows
         self.reward_suite = reward_suite
-        self.completions_path, self.log_completions = completions_path, log_completions
-        self.summary_path = summary_path
+        self.completion_log = CompletionLog(completions_path, log_completions)
+        self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
         self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
                                          s.kl_horizon)
@@ -115,6 +101,8 @@ class RlftPPOTrainer(Trainer):
 
     def load_rlft_extra_state(self, state: dict) -> None:
         self.eval_start = state.get("eval_start")
+        if self.eval_start is not None:
+            self.eval_out["start"] = self.eval_start
 
     @property
     def policy(self):
@@ -160,40 +148,28 @@ class RlftPPOTrainer(Trainer):
             rows.append(self.train_rows[int(perm[i])])
         return rows
 
-    def _prompt_text(self, prompt: Any) -> str:
-        if isinstance(prompt, list):
-            return self.processing_class.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-        return str(prompt)
+    def _params(self) -> SamplingParams:
+        st = self.settings
+        return SamplingParams(temperature=st.temperature, top_p=st.top_p, max_new_tokens=st.max_tokens)
 
-    @torch.no_grad()
     def _sample(self, rows: list[dict]) -> dict:
-        """Generate one completion per row; token ids, masks and position ids for the learner."""
-        s, tok, device = self.settings, self.processing_class, self.accelerator.device
-        enc = tok([self._prompt_text(r["prompt"]) for r in rows], return_tensors="pt", padding=True,
-                  padding_side="left", add_special_tokens=False).to(device)
-        policy = self.policy
-        was_training = policy.training
-        policy.eval()
-        out = policy.generate(**enc, do_sample=True, max_new_tokens=s.max_tokens, temperature=s.temperature,
-                              top_p=s.top_p, top_k=0, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        policy.train(was_training)
-        P = enc["input_ids"].shape[1]
-        completion_ids = out[:, P:]
-        is_eos = completion_ids == tok.eos_token_id
-        T = completion_ids.shape[1]
-        first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], T, dtype=torch.long))
-        mask_BT = (torch.arange(T, device=device).unsqueeze(0) <= first_eos.unsqueeze(1)).float()
-        texts = tok.batch_decode(completion_ids.masked_fill(mask_BT == 0, tok.pad_token_id), skip_special_tokens=True)
-        attn = torch.cat([enc["attention_mask"], torch.ones_like(completion_ids)], dim=1)
+        """One completion per row through the rollout layer, laid out for the learner's forward pass."""
+        device = self.accelerator.device
+        r = sample(self.policy, self.processing_class, [row["prompt"] for row in rows], 1, self._params(),
+                   prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
+        prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
+        completion_ids = r.completion_ids_BT.to(device)
+        attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
         position_ids = (attn.cumsum(1) - 1).clamp_min(0)  # as generate() numbers positions
-        return {"input_ids": out, "attention_mask": attn, "position_ids": position_ids, "prompt_len": P,
-                "completion_ids": completion_ids, "mask": mask_BT, "texts": texts}
+        return {"rollouts": r, "input_ids": torch.cat([prompt_ids, completion_ids], dim=1), "attention_mask": attn,
+                "position_ids": position_ids, "prompt_len": prompt_ids.shape[1],
+                "mask": r.completion_mask_BT.to(device).float(), "logp_sampler": r.logprobs_BT.to(device)}
 
-    def _score(self, rows: list[dict], texts: list[str]) -> torch.Tensor:
-        columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-        scores = self.reward_suite.score([_text(r["prompt"]) for r in rows], texts, columns)  # may stop the run
-        self._last_scores = scores
-        return torch.tensor([float("nan") if t is None else t for t in scores.total], device=self.accelerator.device)
+    def _score(self, rows: list[dict], rollouts, count: bool = True):
+        columns = {k: [row.get(k) for row in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+        scores = score(rollouts, self.reward_suite, columns, count=count)  # may stop the run (failure guard)
+        totals = torch.tensor([float("nan") if t is None else t for t in scores.total], device=self.accelerator.device)
+        return scores, totals
 
     def _forward(self, model, batch: dict, idx=None, with_values: bool = True):
         """Per-token log-probs, values and logits of the completion tokens (position t-1 predicts t)."""
@@ -227,7 +203,7 @@ class RlftPPOTrainer(Trainer):
         s = self.settings
         rows = self._rows_for_update(update)
         batch = self._sample(rows)
-        scores_B = self._score(rows, batch["texts"])
+        batch["scores"], scores_B = self._score(rows, batch["rollouts"])
         reward_metrics = self.reward_suite.metrics()
         mask = batch["mask"]
         logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
@@ -242,7 +218,7 @@ class RlftPPOTrainer(Trainer):
         rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
         adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, s.gamma, s.lam)
         adv_BT = masked_whiten(adv_BT, mask)
-        batch.update(rows=rows, scores=scores_B, logp_old=logp_old, values_old=values_old * mask,
+        batch.update(rows=rows, logp_old=logp_old, values_old=values_old * mask,
                      advantages=adv_BT, returns=returns_BT)
         valid = ~torch.isnan(scores_B)
         batch["metrics"] = {
@@ -256,6 +232,7 @@ class RlftPPOTrainer(Trainer):
             "explained_variance": explained_variance(values_old * mask, returns_BT, mask),
             "completion_length": self._mean(mask.sum(1).mean()),
             "frac_unscored": self._mean((~valid).float().mean()),
+            **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
         }
         return batch
 
@@ -306,33 +283,29 @@ class RlftPPOTrainer(Trainer):
 
     # --- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate_reward(self) -> dict:
+    def evaluate_reward(self) -> dict | None:
         """Mean total reward of one fresh sample per evaluation prompt, with a fixed seed and the
         training RNG left untouched (so evaluating never changes what training samples)."""
-        rows = [self.eval_rows[i % len(self.eval_rows)] for i in range(self.settings.eval_episodes)]
+        if not self.eval_rows:
+            return None
+        rows = self.eval_rows
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.settings.seed + 7919)
             batch = self._sample(rows)
-        scores = self._score(rows, batch["texts"])
+        _, totals = self._score(rows, batch["rollouts"], count=False)
         self.reward_suite.metrics()  # evaluation scores stay out of the training window
-        valid = scores[~torch.isnan(scores)]
-        return {"reward_mean": float(valid.mean()) if valid.numel() else None, "n": len(rows)}
+        valid = totals[~torch.isnan(totals)]
+        return {"reward_mean": round(float(valid.mean()), 6) if valid.numel() else None, "n": int(valid.numel()),
+                "prompts": len(rows)}
 
-    # --- completions.jsonl ---------------------------------------------------------------------
     def _write_completions(self, batch: dict) -> None:
-        if not self.completions_path or self.log_completions == 0 or not self.accelerator.is_main_process:
+        if not self.accelerator.is_main_process:
             return
-        scores = self._last_scores
-        n = len(batch["texts"]) if self.log_completions < 0 else min(self.log_completions, len(batch["texts"]))
         mask = batch["mask"]
-        with open(self.completions_path, "a") as f:
-            for i in range(n):
-                row = {"step": self.state.global_step, "prompt": _text(batch["rows"][i]["prompt"]),
-                       "completion": batch["texts"][i],
-                       "rewards": {k: v[i] for k, v in scores.per_fn.items()}, "total": scores.total[i],
-                       "advantage": round(float(masked_mean(batch["advantages"][i], mask[i])), 6),
-                       "return": round(float(batch["returns"][i, 0]), 6)}
-                f.write(json.dumps(row) + "\n")
+        adv_B = (batch["advantages"] * mask).sum(1) / mask.sum(1).clamp_min(1)
+        self.completion_log.write_rollouts(self.state.global_step, batch["rollouts"], batch["scores"],
+                                           advantages=[round(float(a), 6) for a in adv_B],
+                                           extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]]})
 
     # --- the loop ------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | None = None, **kwargs):
@@ -349,43 +322,37 @@ class RlftPPOTrainer(Trainer):
         self.state.is_local_process_zero = self.is_local_process_zero()
         self.state.is_world_process_zero = self.is_world_process_zero()
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
-        start = time.time()
-        status = "failed"
-        try:
-            if self.eval_start is None:
+        while self.state.global_step < s.num_updates:
+            if self.eval_start is None and self.state.global_step == 0:
                 self.eval_start = self.evaluate_reward()
-            while self.state.global_step < s.num_updates:
-                self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
-                batch = self.rollout(self.state.global_step)
-                metrics = {**batch.pop("metrics"), **self.optimize(batch)}
-                kl = metrics.get("kl_policy_ref")
-                if kl is not None:  # Ziegler et al.: n_steps = episodes in this update
-                    self.kl_ctl.update(kl, s.batch_size)
-                self.state.global_step += 1
-                episodes = self.state.global_step * s.batch_size
-                metrics["episodes"] = episodes
-                self.state.epoch = episodes / max(len(self.train_rows), 1)
-                self._write_completions(batch)
-                self.control = self.callback_handler.on_step_end(args, self.state, self.control)
-                last = self.state.global_step == s.num_updates
-                if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
-                    self.log(metrics)
-                if self.state.global_step % s.eval_every == 0 and not last:
-                    result = self.evaluate_reward()
-                    self.log({"eval_reward": result["reward_mean"]})
-                if self.state.global_step % s.save_every == 0 or self.control.should_save:
-                    self._save_checkpoint(self.model, trial=None)
-                    self.control = self.callback_handler.on_save(args, self.state, self.control)
-                    self.control.should_save = False
-                if self.control.should_training_stop:
-                    break
-            status = "finished" if self.state.global_step >= s.num_updates else "interrupted"
-            self.control = self.callback_handler.on_train_end(args, self.state, self.control)
-        except BaseException as exc:
-            status = "stopped" if type(exc).__name__ in ("RunStopped", "RewardFailureError") else "failed"
-            raise
-        finally:
-            self._write_summary(status, time.time() - start)
+                if self.eval_start is not None:
+                    self.eval_out["start"] = self.eval_start
+            self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
+            batch = self.rollout(self.state.global_step)
+            metrics = {**batch.pop("metrics"), **self.optimize(batch)}
+            kl = metrics.get("kl_policy_ref")
+            if kl is not None:  # Ziegler et al.: n_steps = episodes in this update
+                self.kl_ctl.update(kl, s.batch_size)
+            self.state.global_step += 1
+            episodes = self.state.global_step * s.batch_size
+            metrics["episodes"] = episodes
+            self.state.epoch = episodes / max(len(self.train_rows), 1)
+            self._write_completions(batch)
+            self.control = self.callback_handler.on_step_end(args, self.state, self.control)
+            last = self.state.global_step == s.num_updates
+            if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
+                self.log(metrics)
+            if self.state.global_step % s.eval_every == 0 and not last and self.eval_rows:
+                self.log({"eval_reward": self.evaluate_reward()["reward_mean"]})
+            if self.state.global_step % s.save_every == 0 or self.control.should_save:
+                self._save_checkpoint(self.model, trial=None)
+                self.control = self.callback_handler.on_save(args, self.state, self.control)
+                self.control.should_save = False
+            if self.control.should_training_stop:
+                break
+        if self.state.global_step >= s.num_updates and self.eval_rows:
+            self.eval_out["end"] = self.evaluate_reward()
+        self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.state
 
     def _fresh_state(self) -> TrainerState:
@@ -394,14 +361,3 @@ class RlftPPOTrainer(Trainer):
         exportable = [cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)]
         return TrainerState(is_local_process_zero=self.is_local_process_zero(),
                             is_world_process_zero=self.is_world_process_zero(), stateful_callbacks=exportable)
-
-    def _write_summary(self, status: str, wall_s: float) -> None:
-        if not self.summary_path or not self.accelerator.is_main_process:
-            return
-        eval_end = self.evaluate_reward() if status == "finished" else None
-        last = next((h for h in reversed(self.state.log_history) if "loss" in h), {})
-        summary = {"stage": "ppo", "status": status, "steps": self.state.global_step,
-                   "episodes": self.state.global_step * self.settings.batch_size, "wall_s": round(wall_s, 3),
-                   "last": {k: v for k, v in last.items() if isinstance(v, (int, float))},
-                   "eval": {"start": self.eval_start, "end": eval_end}}
-        Path(self.summary_path).write_text(json.dumps(summary, indent=2) + "\n")
