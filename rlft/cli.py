@@ -164,7 +164,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         raise typer.Exit(2)
     from rlft.run import RunError, RunOptions, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
+                      argv=sys.argv[1:])
     try:
         if needs_launch(cfg):
             from rlft.launch import launch
