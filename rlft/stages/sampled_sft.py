@@ -126,7 +126,7 @@ class SampledSFT:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
         from rlft.models.loading import load_tokenizer, resolve_model_path
         from rlft.rewards import RewardResolveError, build_reward_suite
-        from rlft.stages.prompt_data import prepare_prompt_data
+        from rlft.stages.prompt_data import eval_rows, prepare_prompt_data
 
         cfg = self.cfg
         try:
@@ -137,6 +137,9 @@ class SampledSFT:
         self.model_path = resolve_model_path(cfg)
         self.tokenizer = load_tokenizer(self.model_path, cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+        rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
+        self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
+            if rows else None
 
     def _run(self) -> int:
         from rlft.models.loading import load_causal_lm
@@ -147,7 +150,7 @@ class SampledSFT:
         model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
-        eval_set = self._eval_set(dataset)
+        eval_set = self.eval_set
 
         first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
         if first > 1:
@@ -253,24 +256,6 @@ class SampledSFT:
             [x["total"] for x in decided],
             advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
             weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
-
-    def _eval_set(self, train_ds):
-        """(prompts, columns) of the evaluation prompts, or None when data.eval_prompts is 0."""
-        k = self.cfg.data.eval_prompts
-        if not k:
-            return None
-        ds = train_ds
-        if self.cfg.data.eval:
-            from rlft.data import DataError
-            from rlft.data.load import load_table, prepare_prompt_dataset
-
-            try:
-                ds = prepare_prompt_dataset(load_table(self.cfg.data.eval), self.cfg.data.prompt_column,
-                                            system_prompt=self.cfg.data.system_prompt, source="data.eval")
-            except DataError as exc:
-                raise RunError(str(exc)) from None
-        ds = ds.select(range(min(k, len(ds))))
-        return list(ds["prompt"]), {c: list(ds[c]) for c in ds.column_names if c != "prompt"}
 
     def _evaluate(self, model, prompts: list, columns: dict) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard)."""
