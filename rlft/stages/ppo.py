@@ -7,28 +7,11 @@ trainer settings -> train -> final adapter + value_head.safetensors.
 
 from __future__ import annotations
 
-import math
-
 from rlft.config.compose import Composed
+from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 from rlft.stages.prompt_data import eval_rows  # noqa: F401  (shared with RS-SFT / AWR)
-
-
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """An interval in episodes as whole PPO updates (batch_size episodes each), at least 1."""
-    return max(1, round(episodes / batch_size))
-
-
-def interval_note(cfg: RlftConfig) -> str:
-    """How the episode counts become updates, for `show-config --explain` and the run's first line."""
-    p = cfg.ppo
-    n = math.ceil(p.num_episodes / p.batch_size)
-    conv = [f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} update(s)"
-            for name in ("log_interval", "eval_interval", "save_interval")]
-    return (f"# ppo: {p.num_episodes} episodes / batch_size {p.batch_size} = {n} updates; " + "; ".join(conv)
-            + f"; each update = {p.ppo_epochs} epoch(s) x {p.batch_size // p.mini_batch_size} minibatch(es) of "
-            f"{p.mini_batch_size} episodes, an optimizer step every {cfg.train.gradient_accumulation_steps}")
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -98,7 +81,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
             ref = load_causal_lm(model_path, cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
-            print(interval_note(cfg).lstrip("# "), file=sys.stderr)
+            print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
             model=wrapped,
             args=training_arguments(cfg, str(ctx.run.checkpoints)),
