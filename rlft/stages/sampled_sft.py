@@ -39,7 +39,6 @@ from rlft.stages.samples_log import SamplesLog
 # Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
 FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
-EVAL_SEED_OFFSET = 7919  # eval draws from its own seed, the same for the start and the end
 
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
@@ -259,14 +258,10 @@ class SampledSFT:
 
     def _evaluate(self, model, prompts: list, columns: dict) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard)."""
-        import statistics
+        from rlft.rollout import EVAL_SEED_OFFSET, evaluate
 
-        from rlft.rollout import sample, score
-
-        rollouts = sample(model, self.tokenizer, prompts, self.n, self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
-        totals = [t for t in score(rollouts, self.suite, columns, count=False).total if t is not None]
-        return {"reward_mean": round(statistics.fmean(totals), 6) if totals else None, "n": len(totals),
-                "prompts": len(prompts)}
+        return evaluate(model, self.tokenizer, self.suite, prompts, columns, self.n,
+                        self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):
