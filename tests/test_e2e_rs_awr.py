@@ -169,3 +169,17 @@ def test_nothing_above_threshold_stops_before_training(tmp_path):
     assert s["status"] == "failed" and s["exit_code"] == 2 and s["steps"] == 0
     assert s["eval"]["start"]["prompts"] == 2 and s["eval"]["start"]["n"] == 2 * 8 and "end" not in s["eval"]
     assert not (out / "final").exists()
+
+
+def test_chat_prompts_train_as_conversations(tmp_path):
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Repeat the letter {c}: "}],
+                                        "target": c}) + "\n" for c in "zzzzzzzz"))
+    out = tmp_path / "run"
+    res = _train("awr", AWR_DEMO, out, *SMALL, f"data.train={data}", "awr.rounds=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    samples = read_jsonl(out / "samples.jsonl")
+    assert len(samples) == 8 * 8 and all(isinstance(r["prompt"], list) for r in samples)
+    assert (out / "final" / "adapter_config.json").is_file()
+    s = _summary(out)
+    assert s["status"] == "finished" and s["max_steps"] == s["steps"]

@@ -298,6 +298,8 @@ class SampledSFT:
             for path in (ctx.run.metrics, ctx.run.health):
                 drop_rows_after(path, done)
         code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
+        # the total is known only in the last round (each round's size follows from its samples)
+        ctx.max_steps = step_offset + trainer.state.max_steps if r == self.rounds and trainer.state.max_steps else None
         model = trainer.accelerator.unwrap_model(trainer.model)
         if code == 0 and r < self.rounds and trainer.args.should_save:
             folder = self.adapter_dir(r)
