@@ -120,6 +120,8 @@ def test_kill_while_sampling_resumes_after_last_prompt(tmp_path):
     assert [(r["prompt_id"], r["completion"], r["total"], r["kept"]) for r in resumed] == \
            [(r["prompt_id"], r["completion"], r["total"], r["kept"]) for r in ref]
     assert _summary(out)["status"] == "finished"
+    again = _train("rs_sft", RS_DEMO, out, *small, resume=True)  # a finished run has nothing left to do
+    assert again.returncode == 2 and "nothing left to do" in again.stderr
 
 
 def test_kill_while_training_resumes_from_checkpoint_without_sampling(tmp_path):
