@@ -171,7 +171,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         raise typer.Exit(2)
     from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
+                      argv=sys.argv[1:])
     try:
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):

@@ -89,7 +89,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     quiet_libraries(opts.verbose)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
-    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.rewards import RewardResolveError, build_reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
@@ -98,13 +98,12 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                    max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
-    model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path, cfg)
+    tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        model = load_causal_lm(model_path, cfg)
+        model = load_policy(cfg)
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,

@@ -123,7 +123,7 @@ class SampledSFT:
 
     def _prepare_inputs(self) -> None:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
-        from rlft.models.loading import load_tokenizer, resolve_model_path
+        from rlft.models.loading import load_policy_tokenizer
         from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.stages.prompt_data import eval_rows, prepare_prompt_data
 
@@ -133,20 +133,19 @@ class SampledSFT:
                                             max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        self.model_path = resolve_model_path(cfg)
-        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
         rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
         self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
             if rows else None
 
     def _run(self) -> int:
-        from rlft.models.loading import load_causal_lm
+        from rlft.models.loading import load_policy
 
         cfg, ctx = self.cfg, self.ctx
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
+        model, dataset = load_policy(cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
         eval_set = self.eval_set
