@@ -160,7 +160,8 @@ class SampledSFT:
             ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set)
             self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} samples")
             self._save_state(state)
-        steps = state.get("steps", 0)
+        round_steps_done = state.setdefault("round_steps", {})  # optimizer steps of each trained round
+        steps = sum(v for k, v in round_steps_done.items() if int(k) < first)
         ctx.steps = steps
 
         prompts = list(dataset["prompt"])
@@ -184,7 +185,7 @@ class SampledSFT:
             ctx.steps = steps
             if code:
                 return code
-            state["steps"] = steps
+            round_steps_done[str(r)] = round_steps
             self._save_state(state)
         if eval_set is not None:
             ctx.eval["end"] = self._evaluate(model, *eval_set)
@@ -264,8 +265,19 @@ class SampledSFT:
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):
+        """The policy as a finished round left it: its adapter on the start model (or, without LoRA, its weights)."""
         from peft import PeftModel
 
+        if not (folder / "adapter_config.json").is_file():  # full fine-tuning saved the whole model
+            from rlft.models.loading import load_causal_lm
+
+            return load_causal_lm(str(folder), self.cfg)
+        if isinstance(model, PeftModel):  # init_from continued an earlier adapter: same adapter, newer weights
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors")))
+            return model
         return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
 
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
