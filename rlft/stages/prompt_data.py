@@ -148,3 +148,24 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite):
     ds = load_prompt_dataset(cfg)
     check_reward_columns(ds, suite)
     return fit_prompt_lengths(cfg, ds, tokenizer)
+
+
+def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
+    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
+    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+    k = cfg.data.eval_prompts
+    if not k:
+        return []
+    ds = train_ds
+    if cfg.data.eval:
+        from rlft.data import DataError
+        from rlft.data.load import load_table, prepare_prompt_dataset
+
+        try:
+            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
+                                        system_prompt=cfg.data.system_prompt, source="data.eval")
+        except DataError as exc:
+            raise RunError(str(exc)) from None
+        check_reward_columns(ds, suite)
+        ds = fit_prompt_lengths(cfg, ds, tokenizer)
+    return ds.select(range(min(k, len(ds)))).to_list()
