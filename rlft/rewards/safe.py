@@ -136,7 +136,7 @@ class SafeReward:
         # since the last pop_log(): per call, its time, captured output and failure messages
         self._log: list[dict[str, Any]] = []
         self._call_errors: list[str] = []
-        self.capture = True  # route the function's prints and log records into the call's log
+        self.capture = False  # True: route the function's prints and log records into the call's log
 
     def __repr__(self) -> str:
         return f"SafeReward(name={self.name!r}, weight={self.weight}, kwargs={self.kwargs!r})"
@@ -148,10 +148,11 @@ class SafeReward:
         try:
             return self._score(prompts, completions, columns, output)
         finally:
-            messages = self._call_errors[:5] + ([f"... and {len(self._call_errors) - 5} more"]
-                                                if len(self._call_errors) > 5 else [])
-            self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
-                              "unscored": self.errors - errors_before, "messages": messages})
+            if self.capture:  # only a stage that writes reward_logs.jsonl reads (and pops) the log
+                extra = len(self._call_errors) - 5
+                self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
+                                  "unscored": self.errors - errors_before,
+                                  "messages": self._call_errors[:5] + ([f"... and {extra} more"] if extra > 0 else [])})
 
     def pop_log(self) -> dict[str, Any] | None:
         """Calls since the previous pop: count, mean ms per call, completions left unscored (`errors`),
