@@ -136,6 +136,8 @@ class SafeReward:
         # since the last pop_log(): per call, its time, captured output and failure messages
         self._log: list[dict[str, Any]] = []
         self._call_errors: list[str] = []
+        self.spec: str | None = None  # the config's `fn`, when built from a config
+        self.base_dir: Path | None = None
         self.capture = False  # True: route the function's prints and log records into the call's log
 
     def __repr__(self) -> str:
@@ -483,5 +485,9 @@ def build_reward_suite(
         name = _cfg_get(cfg, "name") or reward_short_name(spec)
         name = _unique_name(str(name), taken)
         taken.add(name)
-        rewards.append(SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s))
+        reward = SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s)
+        # how it was found, so a changed file can be resolved again (rlft.rewards.reload)
+        reward.spec = spec
+        reward.base_dir = base_dir if base_dir is not None else module_search_dir(spec, config_dir)
+        rewards.append(reward)
     return RewardSuite(rewards, max_failure_fraction=max_failure_fraction, min_completions=min_completions)
