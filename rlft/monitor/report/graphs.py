@@ -153,6 +153,8 @@ def version_changes(rows) -> list[tuple[int, object]]:
         v = r.get("reward_version")
         if v is None:
             continue
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # averaged by the trainer's logging into 2.0
         if last is not None and v != last:
             out.append((r.get("step"), v))
         last = v
