@@ -129,8 +129,8 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
              ("wall time", f"{wall:.1f} s" if wall < 120 else f"{wall / 60:.1f} min")]
     head = summary.get("headline")
     if head:
-        lines.append((head["metric"], f"{f(head['first_mean'])} (first {head['window']} steps) -> "
-                                      f"{f(head['last_mean'])} (last {head['window']} steps)"))
+        w = f"{head['window']} steps" if head["window"] > 1 else "step"
+        lines.append((head["metric"], f"{f(head['first_mean'])} (first {w}) -> {f(head['last_mean'])} (last {w})"))
     ev = summary.get("eval") or {}
     if ev.get("start") or ev.get("end"):
         lines.append(("eval reward", f"{f((ev.get('start') or {}).get('reward_mean'))} (start) -> "
