@@ -16,7 +16,8 @@ from typing import Any
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
 WINDOW = 10  # logged steps averaged for "first", "last" and each checkpoint's score
 # the metric a stage is judged by, and whether higher is better; the first one a run logged wins
-HEADLINE = (("reward", True), ("eval_reward", True), ("rewards/margins", True), ("eval_loss", False), ("loss", False))
+HEADLINE = (("reward", True), ("sampled_reward_mean", True), ("reward_mean", True), ("eval_reward", True),
+            ("rewards/margins", True), ("eval_loss", False), ("loss", False))
 
 
 def status_for(code: int | None) -> str:
