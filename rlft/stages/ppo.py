@@ -71,7 +71,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.stages.prompt_data import prepare_prompt_data
 
@@ -81,13 +81,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                    max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
-    model_path = resolve_model_path(cfg)
-    if cfg.model.init_from:  # an earlier run's tokenizer (and, below, its weights)
-        from rlft.config.init_from import run_root
-
-        tokenizer = load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
-    else:
-        tokenizer = load_tokenizer(model_path, cfg)
+    tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     evals = eval_rows(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
@@ -97,12 +91,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.ppo import RlftPPOTrainer
 
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        if cfg.model.init_from:
-            from rlft.models.loading import load_model_and_tokenizer
-
-            model = load_model_and_tokenizer(cfg)[0]  # merged, or still carrying its adapter (init_mode)
-        else:
-            model = load_causal_lm(model_path, cfg)
+        model = load_policy(cfg)
         if cfg.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_cfg = lora_config(cfg, model)
@@ -111,7 +100,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
         if ref is None and not hasattr(policy, "disable_adapter") and cfg.ppo.init_kl_coef > 0:
             # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
-            ref = load_causal_lm(model_path, cfg).eval().requires_grad_(False)
+            ref = load_policy(cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
