@@ -68,17 +68,9 @@ def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
         return []
     ds = train_ds
     if cfg.data.eval:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-        from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
+        from rlft.stages.prompt_data import prepare_prompt_data
 
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.eval")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-        check_reward_columns(ds, suite)
-        ds = fit_prompt_lengths(cfg, ds, tokenizer)
+        ds = prepare_prompt_data(cfg, tokenizer, suite, "eval")
     return ds.select(range(min(k, len(ds)))).to_list()
 
 

@@ -137,6 +137,7 @@ class SampledSFT:
         self.model_path = resolve_model_path(cfg)
         self.tokenizer = load_tokenizer(self.model_path, cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+        self.eval_dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite, "eval") if cfg.data.eval else None
 
     def _run(self) -> int:
         from rlft.models.loading import load_causal_lm
@@ -259,16 +260,7 @@ class SampledSFT:
         k = self.cfg.data.eval_prompts
         if not k:
             return None
-        ds = train_ds
-        if self.cfg.data.eval:
-            from rlft.data import DataError
-            from rlft.data.load import load_table, prepare_prompt_dataset
-
-            try:
-                ds = prepare_prompt_dataset(load_table(self.cfg.data.eval), self.cfg.data.prompt_column,
-                                            system_prompt=self.cfg.data.system_prompt, source="data.eval")
-            except DataError as exc:
-                raise RunError(str(exc)) from None
+        ds = self.eval_dataset if self.eval_dataset is not None else train_ds  # checked before the run folder
         ds = ds.select(range(min(k, len(ds))))
         return list(ds["prompt"]), {c: list(ds[c]) for c in ds.column_names if c != "prompt"}
 
