@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,20 @@ def test_validate_config_checks_env_name_without_importing_torch(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "rlft.cli", "validate-config", "--stage", "ppo", "--hw", "cpu",
                          "-c", str(cfg)], capture_output=True, text=True, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_readme_example_env_follows_the_contract(tmp_path):
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"```python\n(# my_env\.py.*?)```", text, re.S).group(1)
+    assert len(code.splitlines()) <= 30
+    (tmp_path / "my_env.py").write_text(code)
+    assert check_env_spec("my_env.py:GuessEnv", tmp_path) is None
+    env = SafeEnv(resolve_env_class("my_env.py:GuessEnv", tmp_path)(low=1, high=3), "GuessEnv")
+    msgs, fault = env.reset({"task_id": 0}, 0)
+    assert fault is None and "1-3" in msgs[0]["content"]
+    assert env.step("no idea").components == {"format": -1.0, "step": -0.1}
+    steps = [env.step(str(g)) for g in (1, 2, 3)]
+    won = [s for s in steps if s.done]
+    assert won and won[0].info["success"] and won[0].reward == pytest.approx(9.9)
