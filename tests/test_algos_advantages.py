@@ -148,3 +148,12 @@ def test_constant_group_mask_ignores_invalid():
     assert constant_group_mask(rewards, 2, valid=valid).tolist() == [True, False, True]
     # groups of 3: valid [1, 1] constant; valid [0, 2] not
     assert constant_group_mask(rewards, 3, valid=valid).tolist() == [True, False]
+
+
+def test_discounted_episode_returns_by_hand():
+    from rlft.algos import discounted_returns
+
+    r = torch.tensor([[2.0, -1.0, 4.0], [1.0, 0.0, 0.0]])
+    # 2 - 0.5 + 0.25 * 4 = 2.5; 1
+    assert discounted_returns(r, 0.5).tolist() == [2.5, 1.0]
+    assert discounted_returns(r).tolist() == [5.0, 1.0]

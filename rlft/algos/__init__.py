@@ -1,6 +1,7 @@
 """Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule."""
 
 from rlft.algos.advantages import (
+    discounted_returns,
     BASELINE_MODES,
     constant_group_mask,
     expand_group_mask,
@@ -49,6 +50,7 @@ from rlft.algos.ppo import (
 )
 
 __all__ = [
+    "discounted_returns",
     "AWR_BASELINES",
     "KEEP_RULES",
     "awr_advantages",

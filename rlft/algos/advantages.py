@@ -181,3 +181,11 @@ def constant_group_mask(
 def expand_group_mask(mask_P: Tensor, group_size: int) -> Tensor:
     """Per-group mask (P,) -> per-completion mask (P*G,), in group order."""
     return mask_P.repeat_interleave(group_size)
+
+
+def discounted_returns(rewards_BK: Tensor, gamma: float = 1.0) -> Tensor:
+    """Episode returns sum_k gamma^k r_k over K turns (padding turns hold 0), shape (B,): the score a
+    multi-turn GRPO group compares (`grpo.episode_gamma`, per turn, not per token)."""
+    K = rewards_BK.shape[1]
+    weights_K = gamma ** torch.arange(K, dtype=rewards_BK.dtype, device=rewards_BK.device)
+    return (rewards_BK * weights_K).sum(dim=1)

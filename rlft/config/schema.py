@@ -199,6 +199,7 @@ class GRPOConfig:
     temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k gamma^k r_k), in [0, 1].", ge=0, le=1)
 
 
 @dataclass
@@ -268,7 +269,7 @@ class RlftConfig:
     awr: AWRConfig = F(help="Advantage-weighted regression stage.", factory=AWRConfig)
     ppo: PPOConfig = F(help="PPO stage.", factory=PPOConfig)
     grpo: GRPOConfig = F(help="GRPO stage and rlft's group-advantage / KL hooks.", factory=GRPOConfig)
-    env: EnvConfig = F(help="Environment for multi-turn (tool-use) episodes, used by PPO.", factory=EnvConfig)
+    env: EnvConfig = F(help="Environment for multi-turn (tool-use) episodes, used by PPO and GRPO.", factory=EnvConfig)
     hw: HardwareConfig = F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)
     monitor: MonitorConfig = F(help="Health rules and their actions.", factory=MonitorConfig)
     trl: dict = F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)

@@ -253,8 +253,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
     env = g("env.name")
-    if env and c.stage != "ppo":
-        err("env.name", f"multi-turn episodes run with stage `ppo`; stage `{c.stage}` does not use an environment")
+    if env and c.stage not in ("ppo", "grpo"):
+        err("env.name", f"multi-turn episodes run with stage `ppo` or `grpo`; stage `{c.stage}` does not use an "
+            "environment")
     if not g("data.train") and not env:
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
     if STAGE_SPECS[c.stage].samples and not g("rewards") and not env:

@@ -87,6 +87,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
+    if cfg.env.name:  # multi-turn episodes with per-step rewards: rlft's episode GRPO (TRL has none)
+        from rlft.stages import grpo_episodes
+
+        return grpo_episodes.run(cfg, composed, opts)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
     from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config

@@ -1,0 +1,87 @@
+"""GRPO over multi-turn episodes (`--stage grpo` with `env.name`): rlft's episode GRPO trainer
+(`rlft.trainers.grpo_episodes`) on the PPO loop, since TRL's GRPOTrainer has no per-step rewards.
+
+Counting: one update = `grpo.batch_size` rows x `grpo.group_size` episodes; updates = `train.max_steps`,
+or `train.num_train_epochs` passes over the rows; `train.logging_steps`, `eval_steps` and `save_steps`
+are in updates. Each update: `grpo.ppo_epochs` passes of `grpo.num_substeps` minibatches, one optimizer
+step each.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+from rlft.run import RunError, RunOptions
+
+
+def num_updates(cfg: RlftConfig, num_rows: int) -> int:
+    t = cfg.train
+    return t.max_steps if t.max_steps > 0 else max(1, math.ceil(t.num_train_epochs * num_rows / cfg.grpo.batch_size))
+
+
+def settings(cfg: RlftConfig, num_rows: int):
+    from rlft.trainers.grpo_episodes import EpisodeGRPOSettings
+
+    g, t = cfg.grpo, cfg.train
+    episodes = g.batch_size * g.group_size
+    if episodes % g.num_substeps:
+        raise RunError(f"grpo.num_substeps ({g.num_substeps}) must divide grpo.batch_size x grpo.group_size "
+                       f"({episodes} episodes per update)")
+    return EpisodeGRPOSettings(
+        batch_size=episodes, mini_batch_size=episodes // g.num_substeps, gradient_accumulation_steps=1,
+        ppo_epochs=g.ppo_epochs, clip_range=g.clip_range, vf_coef=0.0, ent_coef=0.0,
+        init_kl_coef=g.kl_penalty_coef, target_kl=g.target_kl, adaptive_kl=g.adaptive_kl and g.kl_penalty_coef > 0,
+        kl_horizon=g.kl_horizon, num_episodes=num_updates(cfg, num_rows) * episodes,
+        log_every=t.logging_steps, eval_every=t.eval_steps, save_every=t.save_steps,
+        temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens, seed=t.seed,
+        max_episode_length=cfg.env.max_episode_length, max_seq_length=t.max_seq_length,
+        group_size=g.group_size, baseline_mode=g.baseline_mode, episode_gamma=g.episode_gamma)
+
+
+def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
+    import sys
+
+    from rlft.runtime import RunContext, quiet_libraries
+
+    quiet_libraries(opts.verbose)
+    from rlft.envs.safe import EnvGuard
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
+    from rlft.stages.ppo import env_setup
+
+    tokenizer = load_policy_tokenizer(cfg)
+    env_factory, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
+    guard = EnvGuard(cfg.env.name, cfg.monitor.max_reward_failure_fraction)
+    s = settings(cfg, len(train_rows))
+    with RunContext(cfg, composed, opts) as ctx:
+        from peft import get_peft_model
+        from transformers import TrainingArguments
+
+        from rlft.models.hardware import common_training_args
+        from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
+        from rlft.trainers.grpo_episodes import RlftEpisodeGRPOTrainer
+
+        guard.should_abort = lambda: ctx.interrupt.signal is not None
+        model = load_policy(cfg)
+        if cfg.train.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        peft_cfg = lora_config(cfg, model)
+        policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
+        wrapped = PolicyWithValueHead(policy, hidden_size_of(model))  # the loop's model; the head stays untrained
+        ref = load_reference(cfg) if cfg.grpo.kl_penalty_coef > 0 else None
+        if ref is None and not hasattr(policy, "disable_adapter") and cfg.grpo.kl_penalty_coef > 0:
+            ref = load_policy(cfg).eval().requires_grad_(False)
+        args = common_training_args(cfg, str(ctx.run.checkpoints))
+        args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
+        if ctx.rank == 0:
+            print(f"grpo over episodes: {s.num_updates} updates x {cfg.grpo.batch_size} rows x "
+                  f"{cfg.grpo.group_size} episodes; {s.ppo_epochs} epoch(s) x {cfg.grpo.num_substeps} minibatch(es)",
+                  file=sys.stderr)
+        trainer = RlftEpisodeGRPOTrainer(
+            model=wrapped, args=TrainingArguments(**args), processing_class=tokenizer, settings=s,
+            train_rows=train_rows, eval_rows=evals, reward_suite=None, callbacks=ctx.callbacks(),
+            completions_path=str(ctx.run.completions), log_completions=cfg.monitor.log_completions,
+            eval_out=ctx.eval, ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
+            env_factory=env_factory, env_guard=guard)
+        return ctx.train(trainer, tokenizer)

@@ -1,0 +1,86 @@
+"""GRPO over multi-turn episodes (stage `grpo` with `env.name` set).
+
+Why rlft writes it: TRL's GRPOTrainer gives one reward per rollout (its `environment_factory` calls
+`get_reward` once at the end) and has no per-step rewards or per-turn masks. This trainer reuses rlft's
+PPO loop (episodes from `rlft.rollout.episodes`, minibatches, clipped surrogate, checkpoints) with
+GRPO's advantage instead of a critic: a group is `group_size` episodes of the same row and seed, each
+episode's score is its discounted return sum_k episode_gamma^k r_k over turns, the group baseline
+(`grpo.baseline_mode`) turns it into one advantage, and that advantage is spread over the episode's
+action tokens (observations stay masked). The value head is not trained (vf_coef 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlft.algos import discounted_returns, group_advantages, kl_penalty_per_token, kl_sample_train, masked_mean
+from rlft.trainers.ppo import PPOSettings, RlftPPOTrainer
+
+
+@dataclass
+class EpisodeGRPOSettings(PPOSettings):
+    group_size: int = 4
+    baseline_mode: str = "group_mean"
+    episode_gamma: float = 1.0
+
+
+class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
+    settings: EpisodeGRPOSettings
+
+    def _rows_for_update(self, update: int) -> list[dict]:
+        """This process's rows: batch_size / group_size distinct rows, each repeated group_size times
+        (contiguous, so group i is rows [i*G, (i+1)*G)); a pure function of the update index."""
+        G = self.settings.group_size
+        n = len(self.train_rows)
+        per_update, local = self.settings.batch_size // G, self.local_batch // G
+        first = update * per_update + self.accelerator.process_index * local
+        rows = []
+        for e in range(first, first + local):
+            epoch, i = divmod(e, n)
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.settings.seed + epoch))
+            rows += [self.train_rows[int(perm[i])]] * G
+        return rows
+
+    @torch.no_grad()
+    def rollout(self, update: int) -> dict:
+        s = self.settings
+        rows = self._rows_for_update(update)
+        batch = self._sample(rows)
+        episodes = batch["episodes"]
+        reward_metrics = self._episode_metrics(episodes)
+        mask = batch["mask"]
+        logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
+        K = max(1, max(ep.length for ep in episodes))
+        turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
+        returns_B = discounted_returns(turn_rewards_BK, s.episode_gamma)
+        adv_B = group_advantages(returns_B, s.group_size, s.baseline_mode).to(mask.device)
+        adv_BT = adv_B.unsqueeze(1) * mask
+        kl_policy_ref = None
+        if self.kl_ctl.value > 0 or self.ref_model is not None:
+            ref = self._reference_logps(batch)
+            if ref is not None:
+                logp_ref, _, _, logp_ref_BTV = ref
+                kl_BT = kl_penalty_per_token(logp_old, logp_ref, s.kl_penalty, logp_old_BTV, logp_ref_BTV)
+                adv_BT = adv_BT - self.kl_ctl.value * kl_BT * mask  # GRPO's KL in the advantage
+                kl_policy_ref = masked_mean(logp_old - logp_ref, mask)
+        zeros = torch.zeros_like(logp_old)
+        batch.update(rows=rows, logp_old=logp_old, values_old=zeros, advantages=adv_BT, returns=zeros)
+        batch["metrics"] = {
+            **reward_metrics,
+            "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
+            "kl_coef": self.kl_ctl.value,
+            "advantage_mean": self._mean(adv_B.mean()),
+            "advantage_abs_mean": self._mean(adv_B.abs().mean()),
+            "discounted_return_mean": self._mean(returns_B.mean()),
+            "completion_length": self._mean(mask.sum(1).mean()),
+            **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
+        }
+        return batch
+
+    def optimize(self, batch: dict) -> dict:
+        out = super().optimize(batch)
+        for key in ("value_loss", "value_clipfrac"):  # no critic in GRPO
+            out.pop(key, None)
+        return out
