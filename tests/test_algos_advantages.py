@@ -157,3 +157,14 @@ def test_discounted_episode_returns_by_hand():
     # 2 - 0.5 + 0.25 * 4 = 2.5; 1
     assert discounted_returns(r, 0.5).tolist() == [2.5, 1.0]
     assert discounted_returns(r).tolist() == [5.0, 1.0]
+
+
+def test_episode_group_advantages_spread_over_action_tokens():
+    from rlft.algos import episode_group_advantages
+
+    # two groups of two episodes; turn rewards (padded), gamma 0.5: returns 2.5, 0.5 | 1.0, 1.0
+    turns = torch.tensor([[2.0, -1.0, 4.0], [1.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.5, 1.0, 0.0]])
+    mask = torch.tensor([[1, 0, 1], [1, 1, 0], [1, 0, 0], [0, 1, 1]], dtype=torch.float32)
+    adv = episode_group_advantages(turns, mask, 2, "group_mean", gamma=0.5)
+    # group means 1.5 and 1.0 -> advantages 1.0, -1.0, 0.0, 0.0, on action tokens only
+    assert adv.tolist() == [[1.0, 0.0, 1.0], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]

@@ -116,3 +116,22 @@ def test_an_env_failing_most_episodes_stops_the_run_with_exit_4(tmp_path):
     assert res.returncode == 4, res.stderr[-3000:]
     assert "flaky.py:FlakyEnv' faulted in 36 of 36 episodes" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_tool_use_grpo_learns(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/tool_use_grpo.yaml",
+                  f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    assert all(r.get("value_loss") is None for r in rows)  # no critic
+    first = {k: statistics.fmean(r[k] for r in rows[:10]) for k in ("episode_return", "success_rate", "episode_length")}
+    last = {k: statistics.fmean(r[k] for r in rows[-10:]) for k in ("episode_return", "success_rate", "episode_length")}
+    print(f"grpo first10 {first} last10 {last}")
+    assert last["success_rate"] > first["success_rate"] + 0.4, (first, last)
+    assert last["episode_return"] > first["episode_return"] + 15, (first, last)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval"]["end"]["success_rate"] > summary["eval"]["start"]["success_rate"] + 0.5, summary["eval"]
+    eps = read_jsonl(out / "completions.jsonl")
+    assert len(eps) == 40 * 4 and all("advantage" in e and e["turns"] for e in eps)

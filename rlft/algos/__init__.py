@@ -2,6 +2,7 @@
 
 from rlft.algos.advantages import (
     discounted_returns,
+    episode_group_advantages,
     BASELINE_MODES,
     constant_group_mask,
     expand_group_mask,
@@ -51,6 +52,7 @@ from rlft.algos.ppo import (
 
 __all__ = [
     "discounted_returns",
+    "episode_group_advantages",
     "AWR_BASELINES",
     "KEEP_RULES",
     "awr_advantages",

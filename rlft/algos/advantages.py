@@ -189,3 +189,11 @@ def discounted_returns(rewards_BK: Tensor, gamma: float = 1.0) -> Tensor:
     K = rewards_BK.shape[1]
     weights_K = gamma ** torch.arange(K, dtype=rewards_BK.dtype, device=rewards_BK.device)
     return (rewards_BK * weights_K).sum(dim=1)
+
+
+def episode_group_advantages(turn_rewards_BK: Tensor, mask_BT: Tensor, group_size: int,
+                             baseline_mode: str | BaselineFn = "group_mean", gamma: float = 1.0) -> Tensor:
+    """Multi-turn GRPO: each episode's discounted return, a group advantage over consecutive groups of
+    `group_size` episodes, spread over that episode's action tokens (mask 1); (B, T)."""
+    adv_B = group_advantages(discounted_returns(turn_rewards_BK, gamma), group_size, baseline_mode)
+    return adv_B.to(mask_BT.dtype).unsqueeze(1) * mask_BT

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from rlft.algos import discounted_returns, group_advantages, kl_penalty_per_token, kl_sample_train, masked_mean
+from rlft.algos import (
+    discounted_returns, episode_group_advantages, group_advantages, kl_penalty_per_token, kl_sample_train, masked_mean,
+)
 from rlft.trainers.ppo import PPOSettings, RlftPPOTrainer
 
 
@@ -55,8 +57,9 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         K = max(1, max(ep.length for ep in episodes))
         turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
         returns_B = discounted_returns(turn_rewards_BK, s.episode_gamma)
-        adv_B = group_advantages(returns_B, s.group_size, s.baseline_mode).to(mask.device)
-        adv_BT = adv_B.unsqueeze(1) * mask
+        adv_BT = episode_group_advantages(turn_rewards_BK.to(mask.device), mask, s.group_size, s.baseline_mode,
+                                          s.episode_gamma)
+        adv_B = group_advantages(returns_B, s.group_size, s.baseline_mode)  # for the metrics
         kl_policy_ref = None
         if self.kl_ctl.value > 0 or self.ref_model is not None:
             ref = self._reference_logps(batch)
