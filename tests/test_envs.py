@@ -164,3 +164,22 @@ def test_readme_example_env_follows_the_contract(tmp_path):
     steps = [env.step(str(g)) for g in (1, 2, 3)]
     won = [s for s in steps if s.done]
     assert won and won[0].info["success"] and won[0].reward == pytest.approx(9.9)
+
+
+@pytest.mark.parametrize("stage,ok", [("ppo", True), ("grpo", True), ("dpo", False)])
+def test_env_needs_no_data_or_rewards_and_only_ppo_or_grpo_use_it(stage, ok):
+    proc = subprocess.run([sys.executable, "-m", "rlft.cli", "validate-config", "--stage", stage, "--hw", "cpu",
+                           "env.name=toolsim"], capture_output=True, text=True, cwd=REPO)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 2 and "env.name" in proc.stderr and "stage `ppo` or `grpo`" in proc.stderr
+
+
+def test_examples_validate():
+    for example in ("tool_use_ppo", "tool_use_grpo"):
+        stage = example.rsplit("_", 1)[1]
+        proc = subprocess.run([sys.executable, "-m", "rlft.cli", "validate-config", "--stage", stage, "--hw", "cpu",
+                               "-c", f"configs/examples/{example}.yaml"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+        assert proc.returncode == 0, proc.stderr

@@ -122,3 +122,15 @@ def test_gae_across_a_two_turn_episode_by_hand():
     # t=0: d=0.9*1.0-0.5=0.4, A=0.4+0.72*0.352=0.65344
     assert adv.tolist()[0] == pytest.approx([0.65344, 0.352, 0.0, 0.0, -1.4])
     assert ret.tolist()[0] == pytest.approx([1.15344, 1.352, 0.0, 0.0, -1.0])
+
+
+def test_chat_toolsim_episode_renders_with_tools(tiny):
+    from rlft.envs.toolsim import ToolSim
+
+    model, tok = tiny
+    env = ToolSim(variant="chat", steps=2)
+    (ep,) = run_episodes(model, tok, [SafeEnv(env, "toolsim")], [{"task_id": 1}], [3], SamplingParams(max_new_tokens=4),
+                         max_turns=2, max_seq_length=1024)
+    assert ep.length == 2 and ep.messages[1]["content"].startswith("Look up")
+    assert ep.turns[-1]["components"]["task_failed"] == -5.0  # random text: no valid call in two turns
+    assert ep.turns[0]["observation"] == [{"role": "tool", "content": "error: not a valid tool call"}]
