@@ -13,13 +13,39 @@ import typer
 from rlft.config import ConfigError, Problem, compose, configs_dir, validate
 from rlft.config.schema import HARDWARE, STAGES
 
+# one place for the exit codes: `rlft --help` prints them and the README lists the same
+EXIT_CODES = (
+    (0, "done"),
+    (1, "internal error (a bug: please report it with `rlft env`)"),
+    (2, "bad config or input (the message names the key, file and allowed values)"),
+    (3, "hardware preflight failed (the profile does not fit this machine)"),
+    (4, "stopped by a health rule or by reward failures (a checkpoint was written)"),
+    (130, "interrupted by Ctrl-C or SIGTERM (a checkpoint was written; resume with --resume)"),
+)
+EPILOG = "Exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES) + "."
+
 app = typer.Typer(
     name="rlft",
     help="RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR.",
+    epilog=EPILOG,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from rlft import __version__
+
+        typer.echo(f"rlft {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print rlft's version and exit.")) -> None:
+    """RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR."""
 
 STAGE_OPT = typer.Option("grpo", "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
 HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (train only).")
@@ -84,7 +110,11 @@ def list_profiles() -> None:
     from rlft.config.render import first_comment_line
     from rlft.stages import EXPERIMENTAL, RUNNERS
 
-    root = configs_dir()
+    try:
+        root = configs_dir()
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        raise typer.Exit(2)
     typer.echo("Stages (--stage):")
     for s in STAGES:
         tags = [t for t, on in (("experimental", s in EXPERIMENTAL), ("not built yet", s not in RUNNERS)) if on]
@@ -144,7 +174,7 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     for p in problems:
         _err(f"error: {p}")
     if problems:
-        raise typer.Exit(2)
+        raise typer.Exit(3)
     from rlft.run import RunError, RunOptions, prepare_run_dir
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)

@@ -195,7 +195,7 @@ class RunContext:
             self._save_now(trainer)
             print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; resume with "
                   f"`rlft train ... --resume` after fixing the cause.", file=sys.stderr)
-            return 3
+            return 4
         except RewardFailureError as exc:
             self._save_now(trainer)
             print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with --resume.",
@@ -210,7 +210,7 @@ class RunContext:
             step = trainer.state.global_step
             print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
                   f"Resume with the same command plus --resume", file=sys.stderr)
-            return 128 + int(self.interrupt.signal)
+            return 130  # Ctrl-C's code for SIGTERM too: one "interrupted, resumable" code
         self.check_ranks_in_sync(trainer)
         self.save_final(trainer, tokenizer)
         return 0
