@@ -95,12 +95,13 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import render_yaml, schedule_summary
+    from rlft.config.render import explain_notes, render_yaml
 
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
-        typer.echo(schedule_summary(cfg))
+        for note in explain_notes(cfg):
+            typer.echo(note)
 
 
 @app.command("list")

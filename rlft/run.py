@@ -4,7 +4,7 @@
       config.yaml         resolved config, each key with the layer that set it
       metrics.jsonl       one JSON object per logged step
       completions.jsonl   sampled completions with each reward's score (sampling stages)
-      health.jsonl        every health-rule firing
+      health.jsonl        every health-rule firing (written, possibly empty, by every stage)
       checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
       final/              PEFT adapter (or full model) + tokenizer
 """
@@ -70,14 +70,13 @@ def default_output_dir(stage: str) -> str:
     return f"runs/{stage}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
-    """Create (or reopen for --resume) the run folder and write config.yaml before training starts."""
+def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
+    """The run folder's preconditions (--resume needs one, a new run needs none), checked without
+    writing anything, so a run that fails to start leaves nothing behind."""
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
-    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked and created it
-        run.root.mkdir(parents=True, exist_ok=True)
-        run.checkpoints.mkdir(exist_ok=True)
+    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked it
         return run
     exists = run.root.exists() and any(run.root.iterdir())
     if opts.resume and opts.overwrite:
@@ -86,11 +85,22 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
         if not exists:
             raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
                            f"(drop --resume to start a new run)")
-    elif exists:
-        if not opts.overwrite:
-            raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
-                           f"or --overwrite to replace it (or set train.output_dir)")
-        shutil.rmtree(run.root)
+    elif exists and not opts.overwrite:
+        raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
+                       f"or --overwrite to replace it (or set train.output_dir)")
+    return run
+
+
+def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
+    """Create (or reopen for --resume) the run folder and write config.yaml; called once the model and
+    data have loaded."""
+    run = check_run_dir(cfg, opts)
+    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already created it
+        run.root.mkdir(parents=True, exist_ok=True)
+        run.checkpoints.mkdir(exist_ok=True)
+        return run
+    if not opts.resume and run.root.exists() and any(run.root.iterdir()):
+        shutil.rmtree(run.root)  # --overwrite (check_run_dir refused otherwise)
     run.root.mkdir(parents=True, exist_ok=True)
     run.checkpoints.mkdir(exist_ok=True)
     text = render_yaml(cfg, composed)

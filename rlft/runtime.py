@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir, RunError, RunOptions, prepare_run_dir
+from rlft.run import RunDir, RunError, RunOptions, check_run_dir, prepare_run_dir
 
 log = logging.getLogger("rlft")
 COMPLETE_MARKER = "rlft_complete"
@@ -103,23 +103,39 @@ class RunContext:
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
+        self.threads_note = "cpu threads: torch default"
         self.extra_state: dict = {}
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
+        """Process set-up and the run folder's preconditions; nothing is written until `open_run`."""
         quiet_libraries(self.opts.verbose)
-        self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
-        if self.opts.resume:
-            self.resume_from = self._resolve_resume()
-        self.interrupt.install()
-        if self.cfg.hw.cpu_threads:
+        self.run = check_run_dir(self.cfg, self.opts)
+        from rlft.models.hardware import resolve_cpu_threads
+
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        threads, self.threads_note, warning = resolve_cpu_threads(self.cfg.hw.cpu_threads, local)
+        if threads:
             import torch
 
-            torch.set_num_threads(self.cfg.hw.cpu_threads)
+            torch.set_num_threads(threads)
+        if warning and self.rank == 0:
+            print(f"rlft: WARNING {warning}", file=sys.stderr)
         from transformers import set_seed
 
         set_seed(self.cfg.train.seed)
         return self
+
+    def open_run(self) -> RunDir:
+        """Create the run folder (config.yaml, an empty health.jsonl) once the model and data have loaded,
+        so a run that fails while loading leaves nothing that blocks the corrected rerun."""
+        self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        if self.rank == 0:
+            self.run.health.touch()
+        if self.opts.resume:
+            self.resume_from = self._resolve_resume()
+        self.interrupt.install()
+        return self.run
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()

@@ -49,6 +49,8 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
     """Why `value` is not allowed for `spec`, or None when it is."""
     if value is None:
         return None if spec.optional else f"must not be null; expected {spec.allowed()}"
+    if spec.also and value in spec.also:
+        return None
     tp = spec.type
     ok = {
         int: isinstance(value, int) and not isinstance(value, bool),
@@ -157,8 +159,13 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
 
     if g("grpo.batch_size") and g("grpo.num_substeps") and isinstance(g("grpo.batch_size"), int) \
             and isinstance(g("grpo.num_substeps"), int) and g("grpo.batch_size") % g("grpo.num_substeps"):
-        err("grpo.num_substeps", f"grpo.batch_size ({g('grpo.batch_size')}) must be divisible by grpo.num_substeps "
-            f"({g('grpo.num_substeps')}): each substep trains on an equal share of whole groups")
+        bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
+        divisors = [d for d in range(1, bs + 1) if bs % d == 0]
+        err("grpo.num_substeps", f"grpo.batch_size ({bs}) must be divisible by grpo.num_substeps ({ns}): each substep "
+            f"(one optimizer step) trains on an equal share of whole groups. Set grpo.num_substeps to one of "
+            f"{', '.join(map(str, divisors))} (1 = one optimizer step per generation) or grpo.batch_size to a multiple "
+            f"of {ns}; the grpo stage profile sets num_substeps 4 and ppo_epochs 4 (the guide's mini-batches and "
+            f"epochs: 16 optimizer steps per generation)")
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:

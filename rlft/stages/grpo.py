@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
+from rlft.data.prompts import PROMPT_ID
 from rlft.run import RunError, RunOptions
 
 
@@ -57,6 +58,8 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1):
     return GRPOConfig(**args)
 
 
+
+
 def load_prompt_dataset(cfg: RlftConfig):
     from datasets import Dataset
 
@@ -75,10 +78,27 @@ def load_prompt_dataset(cfg: RlftConfig):
             raise RunError(str(exc)) from None
     if cfg.data.max_samples:
         ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
-    return ds
+    return ds.add_column(PROMPT_ID, list(range(len(ds))))
 
 
-TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
+def apply_chat_template_setting(cfg: RlftConfig, ds, tokenizer):
+    """(dataset, start-line phrase): plain-text prompts become user messages when the template applies,
+    so TRL renders them with the tokenizer's chat template."""
+    from rlft.data import DataError
+    from rlft.data.chat import decide, describe, prompt_messages
+
+    has = bool(getattr(tokenizer, "chat_template", None))
+    try:
+        on = decide(cfg.data.chat_template, has, cfg.model.name_or_path)
+    except DataError as exc:
+        raise RunError(str(exc)) from None
+    kind = "text" if isinstance(ds[0]["prompt"], str) else "chat"
+    if on and kind == "text":
+        ds = ds.map(lambda row: {"prompt": prompt_messages(row["prompt"])}, desc="Chat messages")
+    return ds, describe(cfg.data.chat_template, has, on, kind)
+
+
+TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids", PROMPT_ID}
 
 
 def trl_reward_funcs(suite):
@@ -96,6 +116,8 @@ def trl_reward_funcs(suite):
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
+    import sys
+
     from rlft.runtime import RunContext
 
     with RunContext(cfg, composed, opts) as ctx:
@@ -103,21 +125,26 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset = load_prompt_dataset(cfg)
+        dataset = load_prompt_dataset(cfg)  # data, rewards, model: all before the run folder exists
         try:
             suite = build_reward_suite([vars(r) for r in cfg.rewards],
                                        max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
+        model, tokenizer = load_model_and_tokenizer(cfg)
+        dataset, chat_note = apply_chat_template_setting(cfg, dataset, tokenizer)
         g = cfg.grpo
+        ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
+        ctx.open_run()
+        if ctx.rank == 0:
+            print(f"rlft: grpo on {len(dataset)} prompts x {g.group_size} completions; {chat_note}; "
+                  f"{ctx.threads_note}", file=sys.stderr)
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
                           remove_constant_reward_groups=g.remove_constant_reward_groups,
                           kl_penalty_mode=g.kl_penalty_mode, kl_penalty_coef=g.kl_penalty_coef,
                           kl_discount_factor=g.kl_discount_factor, adaptive_kl=g.adaptive_kl, target_kl=g.target_kl,
                           kl_horizon=g.kl_horizon, completions_path=str(ctx.run.completions),
                           log_completions=cfg.monitor.log_completions)
-        ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
         trainer = RlftGRPOTrainer(
             model=model,
             reward_funcs=trl_reward_funcs(suite),

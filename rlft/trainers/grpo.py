@@ -22,6 +22,7 @@ from rlft.algos import (
     constant_group_mask, expand_group_mask, group_advantages, kl_penalty_advantages, kl_sample_train,
     make_kl_controller,
 )
+from rlft.data.prompts import PROMPT_ID
 
 
 @dataclass
@@ -65,6 +66,8 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._capture_train_logps = False
         self._train_logps = None
         self._current_inputs = None
+        self._prompt_ids_local: list = []
+        self._rendered_seen: set = set()
 
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -98,6 +101,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         out = super()._generate_and_score_completions(inputs)
         if mode != "train":
             return out
+        self._prompt_ids_local = [x.get(PROMPT_ID) for x in inputs]
         h, m = self.hooks, self._metrics[mode]
         device = out["completion_ids"].device
         n_local = out["completion_ids"].size(0)
@@ -154,6 +158,18 @@ class RlftGRPOTrainer(GRPOTrainer):
         m["kl_coef"].append(self.kl_ctl.value if h.kl_penalty_coef > 0 else 0.0)
         self._write_completions(out, rpf, total, adv)
         return out
+
+    def _rendered_prompts(self, out) -> tuple[list, list[str]]:
+        """(prompt id, the prompt exactly as the model saw it) per completion, over all processes."""
+        from accelerate.utils import gather_object
+
+        ids_BT, mask_BT = out["prompt_ids"], out["prompt_mask"].bool()
+        texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
+                 for i in range(ids_BT.size(0))]
+        ids = list(getattr(self, "_prompt_ids_local", [None] * len(texts)))
+        if self.accelerator.num_processes > 1:
+            ids, texts = gather_object(ids), gather_object(texts)
+        return ids, texts
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
     def _compute_loss(self, model, inputs):
@@ -219,15 +235,23 @@ class RlftGRPOTrainer(GRPOTrainer):
         n_all = total.numel()
         prompts = [_text(p) for p in list(self._logs["prompt"])[-n_all:]]  # TRL keeps the gathered batch
         completions = [_text(c) for c in list(self._logs["completion"])[-n_all:]]
+        prompt_ids, rendered = self._rendered_prompts(out)  # every process takes part in the gather
         if not self.accelerator.is_main_process or len(completions) != n_all:
             return
+        # log_completions counts groups (prompts): each brings its group_size completions
         n = len(completions) if h.log_completions < 0 else min(h.log_completions * h.group_size, len(completions))
         step = self.state.global_step + 1
         with open(h.completions_path, "a") as f:
             for i in range(n):
-                row = {"step": step, "group": i // h.group_size, "prompt": prompts[i], "completion": completions[i],
+                pid = prompt_ids[i] if i < len(prompt_ids) else None
+                row = {"step": step, "group": i // h.group_size, "prompt_id": pid, "prompt": prompts[i],
+                       "completion": completions[i],
                        "rewards": {name: _num(rpf[i, j].item()) for j, name in enumerate(self.reward_func_names)},
                        "total": _num(total[i].item()), "advantage": round(adv[i].item(), 6)}
+                if pid not in self._rendered_seen and i < len(rendered):
+                    # what the model saw (chat template, special tokens), once per prompt id
+                    self._rendered_seen.add(pid)
+                    row["prompt_rendered"] = rendered[i]
                 f.write(json.dumps(row) + "\n")
 
 
