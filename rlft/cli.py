@@ -188,6 +188,10 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
             argv = _replace_hw(argv, hw) + [f"train.output_dir={run.root}"]
             raise typer.Exit(launch(cfg, argv))
         code = runner(cfg, composed, opts)
+    except ConfigError as exc:  # e.g. TRL rejected the settings while the stage built its trainer config
+        _print_problems(exc.problems)
+        _err("config invalid: TRL rejected the settings")
+        raise typer.Exit(2)
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)

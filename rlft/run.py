@@ -65,6 +65,28 @@ class RunDir:
     def final(self) -> Path:
         return self.root / "final"
 
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples.jsonl"
+
+    def complete_checkpoints(self) -> list[Path]:
+        """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
+        return sorted(found, key=checkpoint_step)
+
+
+COMPLETE_MARKER = "rlft_complete"
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step of `checkpoint-<step>`, -1 for any other name."""
+    try:
+        return int(path.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
 
 def default_output_dir(stage: str) -> str:
     return f"runs/{stage}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -9,20 +9,22 @@ import logging
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir, RunError, RunOptions, check_run_dir, prepare_run_dir
+from rlft.config.stages import get_spec
+from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, check_run_dir, checkpoint_step, prepare_run_dir
 
 log = logging.getLogger("rlft")
-COMPLETE_MARKER = "rlft_complete"
 RLFT_STATE = "rlft_state.json"
-# keys whose change makes a checkpoint meaningless (shapes, data order, the objective)
+# keys whose change makes a checkpoint meaningless (shapes, data order, the objective); each stage's
+# own keys come from its StageSpec.resume_breaking
 RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
                    "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
-                   "data.train", "grpo.group_size", "grpo.batch_size", "grpo.num_substeps", "hw.num_processes")
+                   "data.train", "hw.num_processes")
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -42,21 +44,6 @@ def quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def checkpoint_step(path: Path) -> int:
-    try:
-        return int(path.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def complete_checkpoints(run: RunDir) -> list[Path]:
-    """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
-    if not run.checkpoints.is_dir():
-        return []
-    found = [p for p in run.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
@@ -66,7 +53,8 @@ def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
         return []
     old = flatten(yaml.safe_load(run.config.read_text()) or {})
     new = flatten(asdict(cfg))
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in RESUME_BREAKING if k in old and old.get(k) != new.get(k)]
+    keys = RESUME_BREAKING + get_spec(cfg.stage).resume_breaking
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if k in old and old.get(k) != new.get(k)]
 
 
 class _Interrupt:
@@ -104,12 +92,17 @@ class RunContext:
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
         self.threads_note = "cpu threads: torch default"
+        self._opened = False
         self.extra_state: dict = {}
+        self.exit_code: int | None = None  # set by train(); None at exit means the run failed
+        self.steps = 0
+        self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
         """Process set-up and the run folder's preconditions; nothing is written until `open_run`."""
         quiet_libraries(self.opts.verbose)
+        self.started = time.monotonic()
         self.run = check_run_dir(self.cfg, self.opts)
         from rlft.models.hardware import resolve_cpu_threads
 
@@ -130,6 +123,7 @@ class RunContext:
         """Create the run folder (config.yaml, an empty health.jsonl) once the model and data have loaded,
         so a run that fails while loading leaves nothing that blocks the corrected rerun."""
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        self._opened = True
         if self.rank == 0:
             self.run.health.touch()
         if self.opts.resume:
@@ -139,7 +133,24 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
+        if self.rank == 0 and self._opened:  # a run that failed while loading leaves no folder behind
+            self.write_summary(None if exc_type is not None else self.exit_code,
+                               error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
         return False
+
+    def write_summary(self, code: int | None, error: str | None = None) -> None:
+        """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
+        from rlft.monitor.summary import last_metrics, status_for, write_summary
+
+        extra = {"exit_code": code if code is not None else 1}
+        if error:
+            extra["error"] = error[:2000]
+        try:
+            write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
+                          steps=self.steps, wall_s=time.monotonic() - self.started,
+                          last=last_metrics(self.run.metrics), eval=self.eval, **extra)
+        except OSError as e:
+            print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
 
     def _resolve_resume(self) -> Path | None:
         changed = breaking_changes(self.run, self.cfg)
@@ -147,7 +158,7 @@ class RunContext:
             raise RunError("cannot resume: these settings changed since the run started and would break its "
                            "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
-        good = complete_checkpoints(self.run)
+        good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
@@ -196,6 +207,11 @@ class RunContext:
 
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer) -> int:
+        self.exit_code = self._train(trainer, tokenizer)
+        self.steps = trainer.state.global_step
+        return self.exit_code
+
+    def _train(self, trainer, tokenizer) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 

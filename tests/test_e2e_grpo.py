@@ -1,5 +1,6 @@
 """End-to-end GRPO runs through the CLI on the built-in tiny model (CPU)."""
 
+import json
 import statistics
 
 import pytest
@@ -24,6 +25,9 @@ def test_demo_learns(tmp_path):
     assert first < 0.1 and last > 0.9, (first, last)
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stage"] == "grpo" and summary["status"] == "finished" and summary["steps"] == 60
+    assert summary["last"]["reward"] == rows[-1]["reward"] and summary["wall_s"] > 0
 
 
 @pytest.mark.parametrize("overrides", [

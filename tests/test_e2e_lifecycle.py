@@ -1,5 +1,6 @@
 """Run lifecycle through the CLI: run folder, interruption, resume, health rules, final adapter."""
 
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +38,8 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl"))
     assert stopped_at < 8
     assert (out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_complete").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == stopped_at and summary["exit_code"] == 130
 
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -77,6 +80,7 @@ def test_nan_loss_stops_with_checkpoint(tmp_path):
     assert health[0]["rule"] == "loss_nan" and health[0]["action"] == "stop"
     assert (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists()
     assert not (out / "final").exists()
+    assert json.loads((out / "summary.json").read_text())["status"] == "stopped"
 
 
 def test_rollback_reloads_and_continues(tmp_path):

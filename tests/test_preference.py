@@ -75,11 +75,12 @@ def test_trl_passthrough_goes_last(tmp_path):
     assert args.precompute_ref_log_probs is True
 
 
-def test_trl_objection_is_a_clean_run_error(tmp_path):
-    from rlft.run import RunError
+def test_trl_objection_is_a_config_error_naming_the_key(tmp_path):
+    from rlft.config import ConfigError
 
-    with pytest.raises(RunError, match="TRL rejected the training settings"):
+    with pytest.raises(ConfigError, match="rejected the settings") as info:
         _dpo_config(tmp_path, "trl.load_best_model_at_end=true")  # no data.eval: no eval strategy to match
+    assert info.value.problems[0].key == "trl.load_best_model_at_end"
 
 
 def test_label_smoothing_on_sigmoid_is_conservative_dpo(tmp_path):

@@ -67,6 +67,7 @@ class Layer:
     name: str                         # "configs/stages/grpo.yaml" or "command line"
     data: dict
     lines: dict[str, int] = field(default_factory=dict)  # key path -> line in the file
+    profile: bool = False             # a shipped profile (base, stage, hardware), not the user's own file
     flat: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -231,12 +232,13 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     root = configs_dir()
     paths = [root / "base.yaml", root / "stages" / f"{stage}.yaml", root / "hw" / f"{hw}.yaml", *map(Path, files)]
     layers: list[Layer] = []
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
             layer = load_layer(path)
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
+        layer.profile = i < 3  # base, stage and hardware profiles come first
         anchor_paths(layer.data, Path(path).resolve().parent)
         layers.append(layer)
     try:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
-STAGES = ("grpo", "ppo", "dpo", "orpo", "rs_sft", "awr")
+from rlft.config.stages import STAGES, sampling_stages
+
 HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
-SAMPLING_STAGES = ("grpo", "ppo", "rs_sft", "awr")  # stages that generate and score completions
+SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
 def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,

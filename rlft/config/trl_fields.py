@@ -12,14 +12,8 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
-# stage -> (package, module file relative to it, class name); parents are followed by name.
-TRAINER_CONFIGS = {
-    "grpo": ("trl", "trainer/grpo_config.py", "GRPOConfig"),
-    "dpo": ("trl", "trainer/dpo_config.py", "DPOConfig"),
-    "orpo": ("trl", "experimental/orpo/orpo_config.py", "ORPOConfig"),
-    "rs_sft": ("trl", "trainer/sft_config.py", "SFTConfig"),
-    "awr": ("trl", "trainer/sft_config.py", "SFTConfig"),
-}
+from rlft.config.stages import SPECS
+
 PARENTS = {
     "_BaseConfig": ("trl", "trainer/base_config.py"),
     "TrainingArguments": ("transformers", "training_args.py"),
@@ -38,20 +32,22 @@ _COMMON = {
     "eval_steps": "train.eval_steps", "dataloader_num_workers": "train.dataloader_num_workers",
     "warmup_steps": "train.warmup_ratio", "data_seed": "train.seed", "use_cpu": "hw.device",
 }
-_STAGE = {
-    "grpo": {"num_generations": "grpo.group_size", "temperature": "grpo.temperature", "top_p": "grpo.top_p",
-             "max_completion_length": "grpo.max_tokens", "beta": "grpo.kl_penalty_coef",
-             "epsilon": "grpo.clip_range", "num_iterations": "grpo.ppo_epochs",
-             "steps_per_generation": "grpo.num_substeps", "scale_rewards": "grpo.baseline_mode",
-             "reward_weights": "rewards[].weight"},
-    "dpo": {"beta": "dpo.beta", "label_smoothing": "dpo.label_smoothing", "max_length": "dpo.max_length",
-            "loss_type": "dpo.loss_type"},
-    "orpo": {"beta": "orpo.beta", "max_length": "orpo.max_length", "max_prompt_length": "orpo.max_prompt_length"},
-}
 
 
 def modeled_by_rlft(stage: str) -> dict[str, str]:
-    return {**_COMMON, **_STAGE.get(stage, {})}
+    """TRL option -> the rlft key that sets it, for `stage` (common train.* keys + its StageSpec's)."""
+    spec = SPECS.get(stage)
+    return {**_COMMON, **(spec.modeled() if spec else {})}
+
+
+def config_source(stage: str) -> tuple[str, str, str] | None:
+    """(top package, module file relative to it, class) of the stage's TRL config, from its StageSpec."""
+    spec = SPECS.get(stage)
+    if spec is None or not spec.trl_config:
+        return None
+    module, _, cls = spec.trl_config.partition(":")
+    package, _, rest = module.partition(".")
+    return package, rest.replace(".", "/") + ".py", cls
 
 
 def _source(package: str, rel: str) -> Path | None:
@@ -75,9 +71,10 @@ def _class_fields(path: Path, name: str) -> tuple[set[str], list[str]]:
 @lru_cache(maxsize=None)
 def trainer_config_fields(stage: str) -> frozenset[str] | None:
     """Field names of the TRL config class behind `stage` (with parents), or None if unknown."""
-    if stage not in TRAINER_CONFIGS:
+    source = config_source(stage)
+    if source is None:
         return None
-    package, rel, cls = TRAINER_CONFIGS[stage]
+    package, rel, cls = source
     out: set[str] = set()
     todo = [(package, rel, cls)]
     while todo:

@@ -13,15 +13,13 @@ from typing import Any
 
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
-from rlft.config.schema import (
-    SAMPLING_STAGES, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
-    section_fields,
-)
+from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
+from rlft.config.stages import SPECS as STAGE_SPECS
+from rlft.config.stages import STAGE_SECTIONS
 
 SPECS = leaf_specs()
 REWARD_SPECS = leaf_specs(RewardConfig)
 FREEFORM = {p for p, s in SPECS.items() if s.type is dict}  # `trl`: checked separately
-PREFERENCE_STAGES = ("dpo", "orpo")
 
 
 def closest_key(bad: str) -> str | None:
@@ -196,10 +194,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     gs = g("grpo.group_size")
     if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
         err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
-    for stage in PREFERENCE_STAGES:
-        mp, ml = g(f"{stage}.max_prompt_length"), g(f"{stage}.max_length")
-        if c.stage == stage and isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
-            err(f"{stage}.max_prompt_length", f"must be smaller than {stage}.max_length ({ml})")
+    section = STAGE_SPECS[c.stage].section
+    if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
+        mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")
+        if isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
+            err(f"{section}.max_prompt_length", f"must be smaller than {section}.max_length ({ml})")
     ls, lt = g("dpo.label_smoothing"), g("dpo.loss_type")
     if c.stage == "dpo" and _is_number(ls) and ls > 0 and lt not in ("sigmoid", "robust"):
         err("dpo.label_smoothing", f"label smoothing acts only on the `sigmoid` (conservative DPO) and `robust` losses; "
@@ -230,7 +229,7 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     level = "error" if for_train else "warning"
     if not g("data.train"):
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
-    if c.stage in SAMPLING_STAGES and not g("rewards"):
+    if STAGE_SPECS[c.stage].samples and not g("rewards"):
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function", level)
 
 
@@ -251,9 +250,7 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
     from rlft.data.peek import DataError, check_columns
 
     d = c.data
-    cols = [_get(d, "data.prompt_column")]
-    if c.stage in PREFERENCE_STAGES:
-        cols += [_get(d, "data.chosen_column"), _get(d, "data.rejected_column")]
+    cols = [_get(d, key) for key in STAGE_SPECS[c.stage].data_columns]
     for key in ("data.train", "data.eval"):
         path = _get(d, key)
         if not isinstance(path, str) or path == "demo" or path.startswith("builtin:"):
@@ -263,6 +260,24 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
                 problems.append(Problem(key, c.layer_of(key), msg))
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
+
+
+def _check_other_stage_sections(c: Composed, problems: list[Problem]) -> None:
+    """A key the user set in another stage's section (`dpo.beta` in a GRPO run) does nothing: say so.
+    The shipped profiles are not the user's doing, so only -c files and the command line count."""
+    own = STAGE_SPECS[c.stage].section
+    seen: set[str] = set()
+    for layer in c.layers:
+        if layer.profile:
+            continue
+        for path, value in layer.flat.items():
+            section = path.partition(".")[0]
+            if "." not in path or section == own or section not in STAGE_SECTIONS or isinstance(value, dict) \
+                    or path in seen:
+                continue
+            seen.add(path)
+            problems.append(Problem(path, c.layer_of(path), f"has no effect: `{section}` configures stage "
+                                    f"`{STAGE_SECTIONS[section]}` and this run is stage `{c.stage}`", "warning"))
 
 
 def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
@@ -293,6 +308,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
     c.data["stage"] = c.stage
     _cross_field(c, problems, for_train)  # guarded by type checks, so it is safe after type errors
+    _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):
         if check_files:
             _check_rewards_resolve(c, problems)

@@ -9,11 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 
-HEADLINE = {
-    "grpo": ["reward", "kl_policy_ref", "entropy", "completion_length", "loss"],
-    "dpo": ["loss", "rewards/accuracies", "rewards/margins"],
-    "orpo": ["loss", "rewards/accuracies", "log_odds_ratio"],
-}
+from rlft.config.stages import SPECS
+
 
 
 def _fmt(key: str, value) -> str:
@@ -28,7 +25,7 @@ class ConsoleProgress(TrainerCallback):
         self.live = self.console.is_terminal
         self.progress = None
         self.task = None
-        self.keys = HEADLINE.get(stage, ["loss"])
+        self.keys = list(SPECS[stage].console) if stage in SPECS else ["loss"]
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:

@@ -13,11 +13,13 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from transformers import TrainerCallback
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir
+from rlft.config.stages import get_spec
+from rlft.run import RunDir, checkpoint_step
 
 # Fault injection for tests and drills: RLFT_FAULT_NAN_LOSS_AT_STEP=N makes step N's loss NaN.
 FAULT_NAN_LOSS = "RLFT_FAULT_NAN_LOSS_AT_STEP"
@@ -41,39 +43,77 @@ def _bad(x) -> bool:
     return x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x)))
 
 
-def evaluate_rules(record: dict, cfg: RlftConfig) -> list[Firing]:
-    """Pure: the rules that fire on one metrics record."""
-    m, out = cfg.monitor, []
-    loss = record.get("loss", 0.0)
-    if "loss" in record and _bad(loss) and loss is not None:
-        out.append(Firing("loss_nan", "critical", "loss", loss, None, "loss is NaN/Inf"))
-    gn = record.get("grad_norm")
+# One function per rule family, by the name a StageSpec lists in `health_rules`: each reads one
+# metrics record and the `monitor:` thresholds and returns the firings (none, usually).
+def _loss_nan(r: dict, m) -> list[Firing]:
+    loss = r.get("loss", 0.0)
+    if "loss" in r and _bad(loss) and loss is not None:
+        return [Firing("loss_nan", "critical", "loss", loss, None, "loss is NaN/Inf")]
+    return []
+
+
+def _grad_norm(r: dict, m) -> list[Firing]:
+    gn = r.get("grad_norm")
     if isinstance(gn, float) and math.isnan(gn):
-        out.append(Firing("grad_norm_nan", "critical", "grad_norm", gn, None, "gradient norm is NaN"))
-    elif isinstance(gn, (int, float)) and gn > m.grad_norm_critical:
-        out.append(Firing("grad_norm_critical", "critical", "grad_norm", gn, m.grad_norm_critical,
-                          "gradient norm exploding: lower the learning rate or max_grad_norm"))
-    elif isinstance(gn, (int, float)) and gn > m.grad_norm_warn:
-        out.append(Firing("grad_norm_high", "warning", "grad_norm", gn, m.grad_norm_warn, "gradient norm high"))
-    kl = record.get("kl_policy_ref")
+        return [Firing("grad_norm_nan", "critical", "grad_norm", gn, None, "gradient norm is NaN")]
+    if isinstance(gn, (int, float)) and gn > m.grad_norm_critical:
+        return [Firing("grad_norm_critical", "critical", "grad_norm", gn, m.grad_norm_critical,
+                       "gradient norm exploding: lower the learning rate or max_grad_norm")]
+    if isinstance(gn, (int, float)) and gn > m.grad_norm_warn:
+        return [Firing("grad_norm_high", "warning", "grad_norm", gn, m.grad_norm_warn, "gradient norm high")]
+    return []
+
+
+def _kl_policy_ref(r: dict, m) -> list[Firing]:
+    kl = r.get("kl_policy_ref")
     if isinstance(kl, (int, float)) and kl > m.kl_critical:
-        out.append(Firing("kl_critical", "critical", "kl_policy_ref", kl, m.kl_critical,
-                          "policy drifting from the reference: raise the KL coefficient or lower the learning rate"))
-    elif isinstance(kl, (int, float)) and kl > m.kl_warn:
-        out.append(Firing("kl_high", "warning", "kl_policy_ref", kl, m.kl_warn, "KL to the reference is high"))
-    ent = record.get("entropy")
-    if cfg.stage in ("grpo", "ppo") and isinstance(ent, (int, float)) and ent < m.entropy_critical:
-        out.append(Firing("entropy_collapse", "entropy", "entropy", ent, m.entropy_critical,
-                          "policy entropy collapsed: outputs are becoming deterministic (mode collapse risk)"))
-    fc = record.get("frac_constant_groups")
+        return [Firing("kl_critical", "critical", "kl_policy_ref", kl, m.kl_critical,
+                       "policy drifting from the reference: raise the KL coefficient or lower the learning rate")]
+    if isinstance(kl, (int, float)) and kl > m.kl_warn:
+        return [Firing("kl_high", "warning", "kl_policy_ref", kl, m.kl_warn, "KL to the reference is high")]
+    return []
+
+
+def _entropy_collapse(r: dict, m) -> list[Firing]:
+    ent = r.get("entropy")
+    if isinstance(ent, (int, float)) and ent < m.entropy_critical:
+        return [Firing("entropy_collapse", "entropy", "entropy", ent, m.entropy_critical,
+                       "policy entropy collapsed: outputs are becoming deterministic (mode collapse risk)")]
+    return []
+
+
+def _all_groups_constant(r: dict, m) -> list[Firing]:
+    fc = r.get("frac_constant_groups")
     if isinstance(fc, (int, float)) and fc >= 1.0:
-        out.append(Firing("all_groups_constant", "warning", "frac_constant_groups", fc, 1.0,
-                          "every group got identical rewards: no gradient signal, so loss 0 is expected; "
-                          "make the reward more graded or the task easier/harder"))
-    kst = record.get("kl_sample_train_v2")
+        return [Firing("all_groups_constant", "warning", "frac_constant_groups", fc, 1.0,
+                       "every group got identical rewards: no gradient signal, so loss 0 is expected; "
+                       "make the reward more graded or the task easier/harder")]
+    return []
+
+
+def _sampler_learner_mismatch(r: dict, m) -> list[Firing]:
+    kst = r.get("kl_sample_train_v2")
     if isinstance(kst, (int, float)) and kst > m.kl_sample_train_warn:
-        out.append(Firing("sampler_learner_mismatch", "warning", "kl_sample_train_v2", kst, m.kl_sample_train_warn,
-                          "sampler and learner disagree (kl_sample_train_v2 above 0.01): training is off-policy"))
+        return [Firing("sampler_learner_mismatch", "warning", "kl_sample_train_v2", kst, m.kl_sample_train_warn,
+                       "sampler and learner disagree (kl_sample_train_v2 above 0.01): training is off-policy")]
+    return []
+
+
+RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
+    "loss_nan": _loss_nan,
+    "grad_norm": _grad_norm,
+    "kl_policy_ref": _kl_policy_ref,
+    "entropy_collapse": _entropy_collapse,
+    "all_groups_constant": _all_groups_constant,
+    "sampler_learner_mismatch": _sampler_learner_mismatch,
+}
+
+
+def evaluate_rules(record: dict, cfg: RlftConfig) -> list[Firing]:
+    """Pure: the rules of the stage's StageSpec that fire on one metrics record, in the spec's order."""
+    out: list[Firing] = []
+    for name in get_spec(cfg.stage).health_rules:
+        out += RULES[name](record, cfg.monitor)
     return out
 
 
@@ -132,12 +172,10 @@ class HealthMonitor(TrainerCallback):
     def rollback(self, step, write: bool = True) -> None:
         """Reload the newest complete checkpoint's weights (or the initial ones), scale the LR down."""
         import torch
-        from rlft.runtime import complete_checkpoints
-
         self.rollbacks += 1
         trainer = self.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)
-        good = [p for p in complete_checkpoints(self.run) if int(p.name.rsplit("-", 1)[1]) < (step or 0)]
+        good = [p for p in self.run.complete_checkpoints() if checkpoint_step(p) < (step or 0)]
         source = "the initial weights"
         if good:
             from peft import set_peft_model_state_dict

@@ -8,19 +8,15 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from rlft.config.stages import SPECS
+
 # TRL / transformers names -> rlft's names
 RENAMES = {
     "completions/mean_length": "completion_length",
     "kl": "kl_policy_ref",
 }
-REQUIRED = {
-    "grpo": ["reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
-             "kl_policy_ref", "kl_coef", "entropy", "completion_length", "grad_norm", "learning_rate"],
-    "dpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "grad_norm",
-            "learning_rate"],
-    "orpo": ["loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "log_odds_ratio",
-             "grad_norm", "learning_rate"],
-}
+# keys every record of a stage carries, from its StageSpec
+REQUIRED = {name: list(spec.metrics) for name, spec in SPECS.items()}
 
 
 def is_eval(logs: dict) -> bool:
@@ -36,7 +32,7 @@ def normalise(logs: dict, stage: str) -> dict:
         out[key] = value
     if is_eval(logs):  # evaluation records keep just their own eval_* keys
         return out
-    for key in REQUIRED.get(stage, []):
+    for key in (SPECS[stage].metrics if stage in SPECS else ()):
         out.setdefault(key, None)  # every line has the same keys; null = not measured this step
     return out
 

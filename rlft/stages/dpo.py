@@ -31,7 +31,7 @@ def dpo_loss_args(d: DPOConfig) -> dict:
     return dict(loss_type=[d.loss_type], label_smoothing=e)
 
 
-def dpo_trl_config(cfg: RlftConfig, output_dir: str):
+def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
     """The one place rlft keys become a trl.DPOConfig; `trl:` passthrough options go last.
 
     `dpo.max_prompt_length` has no TRL 1.16 field: RlftDPOTrainer applies it (see rlft.trainers.dpo).
@@ -39,14 +39,15 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str):
     from trl import DPOConfig as TRLDPOConfig
 
     from rlft.models.hardware import common_training_args
-    from rlft.stages.preference import build_trl_config, eval_args, max_length
+    from rlft.stages.preference import eval_args, max_length
+    from rlft.stages.trl_config import build_trl_config
 
     d = cfg.dpo
     args = common_training_args(cfg, output_dir)
     args.update(beta=d.beta, max_length=max_length(cfg, d.max_length), **dpo_loss_args(d))
     args.update(eval_args(cfg))
     args.update(cfg.trl)
-    return build_trl_config(TRLDPOConfig, args)
+    return build_trl_config(TRLDPOConfig, args, cfg, composed)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
@@ -55,7 +56,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
-    dpo_trl_config(cfg, cfg.train.output_dir or ".")  # likewise TRL's objections to the settings
+    dpo_trl_config(cfg, cfg.train.output_dir or ".", composed)  # likewise TRL's objections to the settings
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
         from rlft.trainers.dpo import RlftDPOTrainer
@@ -64,7 +65,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
         ref = load_reference(cfg)  # None for `base`: TRL then uses the model with the adapter disabled
         ctx.open_run()
-        args = dpo_trl_config(cfg, str(ctx.run.checkpoints))
+        args = dpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
         print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length, (chat_note, ctx.threads_note))
         trainer = RlftDPOTrainer(
             model=model,

@@ -30,11 +30,12 @@ def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
                 steps_per_generation=g.num_substeps * accum, num_generations=g.group_size)
 
 
-def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1):
+def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, composed: Composed | None = None):
     """The one place rlft keys become a trl.GRPOConfig; `trl:` passthrough options go last."""
     from trl import GRPOConfig
 
     from rlft.models.hardware import common_training_args
+    from rlft.stages.trl_config import build_trl_config
 
     g = cfg.grpo
     args = common_training_args(cfg, output_dir)
@@ -55,9 +56,7 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1):
     else:  # plain importance sampling: ratio * advantage, never clipped
         args.update(epsilon=1.0, epsilon_high=1e9)
     args.update(cfg.trl)
-    return GRPOConfig(**args)
-
-
+    return build_trl_config(GRPOConfig, args, cfg, composed)
 
 
 def load_prompt_dataset(cfg: RlftConfig):
@@ -116,10 +115,14 @@ def trl_reward_funcs(suite):
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
+    import os
     import sys
 
-    from rlft.runtime import RunContext
+    from rlft.runtime import RunContext, quiet_libraries
 
+    quiet_libraries(opts.verbose)
+    # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
+    grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
         from rlft.rewards import RewardResolveError, build_reward_suite
@@ -148,7 +151,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         trainer = RlftGRPOTrainer(
             model=model,
             reward_funcs=trl_reward_funcs(suite),
-            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes),
+            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, composed),
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=lora_config(cfg, model),

@@ -73,18 +73,6 @@ def eval_args(cfg: RlftConfig) -> dict:
                 per_device_eval_batch_size=cfg.train.per_device_train_batch_size)
 
 
-def build_trl_config(config_cls, args: dict):
-    """A TRL config from rlft's arguments; TRL's own objections (e.g. from `trl:` passthrough options that
-    need each other) become a clean RunError."""
-    try:
-        return config_cls(**args)
-    except (ValueError, TypeError) as exc:
-        hint = ""
-        if "eval" in str(exc).lower() and args.get("eval_strategy", "no") == "no":
-            hint = " (rlft evaluates only when data.eval is set)"
-        raise RunError(f"TRL rejected the training settings{hint}: {exc}") from None
-
-
 def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_prompt_length: int,
                 notes: tuple[str, ...] = ()) -> None:
     from rlft.config.render import schedule_summary
