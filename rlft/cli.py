@@ -48,7 +48,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR."""
 
 STAGE_OPT = typer.Option("grpo", "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
-HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (train only).")
+HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
 
@@ -76,10 +76,22 @@ def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[
     return cfg, composed
 
 
+def _auto_hw(hw: str) -> str:
+    """`--hw auto` for the config commands: the profile training would pick, found without torch."""
+    if hw != "auto":
+        return hw
+    from rlft.launch import guess_hw
+
+    hw, why = guess_hw()
+    _err(f"rlft: --hw auto would pick `{hw}`: {why} (found without importing torch; `rlft train --hw auto` asks torch)")
+    return hw
+
+
 @app.command("validate-config")
 def validate_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
                     overrides: Optional[List[str]] = OVERRIDES_ARG) -> None:
     """Check a config without importing torch: every problem at once, exit 2 if any."""
+    hw = _auto_hw(hw)
     cfg, composed = _load(stage, hw, config, overrides)
     rewards = ", ".join(r.name or r.fn for r in cfg.rewards) or "none"
     adapter = f"LoRA r={cfg.lora.r} alpha={cfg.lora.lora_alpha}" if cfg.lora.enabled else "full fine-tuning"
@@ -97,6 +109,7 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
     """Print the resolved config as YAML (with --explain: where each value came from)."""
     from rlft.config.render import explain_notes, render_yaml
 
+    hw = _auto_hw(hw)
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
@@ -176,6 +189,7 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         _err(f"error: {p}")
     if problems:
         raise typer.Exit(3)
+    from rlft.models.loading import ModelLoadError
     from rlft.run import RunError, RunOptions, prepare_run_dir
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)
@@ -195,6 +209,9 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
+    except ModelLoadError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
     raise typer.Exit(code or 0)
 
 

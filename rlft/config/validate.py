@@ -260,6 +260,72 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
                 problems.append(Problem(key, c.layer_of(key), msg))
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
+    _check_reward_columns(c, problems)
+
+
+def looks_local(name: str) -> bool:
+    """A model name that can only mean a folder: `./x`, `../x`, `/x`, `~/x`, `a/b/c`, or `a/b` where `a` is a
+    local folder (a hub id is `org/name`)."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        return True
+    return "/" in name and Path(name.split("/", 1)[0]).expanduser().is_dir()
+
+
+def _check_model_path(c: Composed, problems: list[Problem]) -> None:
+    """A mistyped local model folder is a config error now, not a hub lookup traceback after minutes."""
+    name = _get(c.data, "model.name_or_path")
+    if not isinstance(name, str) or name == "tiny" or Path(name).expanduser().exists() or not looks_local(name):
+        return
+    path = Path(name).expanduser()
+    parent = path.parent
+    hint = ""
+    if parent.is_dir():
+        siblings = sorted(p.name for p in parent.iterdir() if p.is_dir())
+        close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.5)
+        if close:
+            hint = f"; did you mean `{str(parent / close[0]) if str(parent) != '.' else close[0]}`?"
+        elif siblings:
+            hint = f" (folders in {parent}: {', '.join(siblings[:8])}{', ...' if len(siblings) > 8 else ''})"
+    else:
+        hint = f" (no folder {parent} either)"
+    problems.append(Problem("model.name_or_path", c.layer_of("model.name_or_path"),
+                            f"model folder not found: {name}{hint}"))
+
+
+def _check_reward_columns(c: Composed, problems: list[Problem]) -> None:
+    """A column a reward reads that data.train lacks would fail at the first scored step: say so now."""
+    rewards = c.data.get("rewards") or []
+    path = _get(c.data, "data.train")
+    if not rewards or not isinstance(rewards, list) or not isinstance(path, str) or not STAGE_SPECS[c.stage].samples:
+        return
+    from rlft.data.peek import DataError, peek_columns
+    from rlft.rewards.registry import reward_columns
+
+    if path == "demo":
+        from rlft.demo import demo_prompts
+
+        columns = list(demo_prompts()[0])
+    else:
+        try:
+            columns = peek_columns(path).columns
+        except DataError:
+            return  # reported by the data check
+    prompt = _get(c.data, "data.prompt_column")
+    present = [("prompt" if col == prompt else col) for col in columns]  # the prompt column reaches rewards as `prompt`
+    for i, item in enumerate(rewards):
+        if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
+            continue
+        kwargs = item.get("kwargs") if isinstance(item.get("kwargs"), dict) else {}
+        for col in reward_columns(item["fn"], kwargs):
+            if col in present:
+                continue
+            close = difflib.get_close_matches(col, present, n=1)
+            hint = f"; did you mean `{close[0]}`?" if close else ""
+            key = f"rewards[{i}].kwargs.column" if col in (kwargs.get("column"), *(kwargs.get("columns") or ())) \
+                else f"rewards[{i}].fn"
+            problems.append(Problem(key, c.layer_of("rewards"),
+                                    f"reward `{item['fn']}` reads column `{col}`, which data.train ({path}) lacks "
+                                    f"(columns: {', '.join(present)}){hint}; set the reward's kwargs.column"))
 
 
 def _check_other_stage_sections(c: Composed, problems: list[Problem]) -> None:
@@ -313,6 +379,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
         if check_files:
             _check_rewards_resolve(c, problems)
             _check_data(c, problems)
+            _check_model_path(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]
     if errors:

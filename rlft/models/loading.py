@@ -21,10 +21,32 @@ def resolve_model_path(cfg: RlftConfig) -> str:
     return cfg.model.name_or_path
 
 
+class ModelLoadError(Exception):
+    """The model or tokenizer cannot be loaded; the message is one line naming it and the fix."""
+
+
+def _load_failure(name: str, exc: BaseException) -> ModelLoadError:
+    import os
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not os.path.exists(os.path.expanduser(name)):
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+        where = ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline
+                 else "it is not in the local Hugging Face cache and the hub could not provide it")
+        return ModelLoadError(f"model.name_or_path: cannot load `{name}`: no such local folder, and as a hub id {where} "
+                              f"({type(exc).__name__}: {text}). Check the name, download it once with network "
+                              f"access, or point model.name_or_path at a local folder")
+    return ModelLoadError(f"model.name_or_path: cannot load `{name}`: {type(exc).__name__}: {text}")
+
+
 def load_model_and_tokenizer(cfg: RlftConfig):
     """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand)."""
     path = resolve_model_path(cfg)
-    return load_causal_lm(path, cfg), load_tokenizer(path, cfg)
+    try:
+        tokenizer = load_tokenizer(path, cfg)  # the cheaper of the two fails first on a bad name
+        return load_causal_lm(path, cfg), tokenizer
+    except (OSError, ValueError, KeyError) as exc:  # hub errors are OSError/ValueError subclasses
+        raise _load_failure(cfg.model.name_or_path, exc) from None
 
 
 def load_tokenizer(path: str, cfg: RlftConfig):

@@ -35,6 +35,7 @@ __all__ = [
     "resolve_reward_fn",
     "check_reward_spec",
     "reward_short_name",
+    "reward_columns",
 ]
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
@@ -229,3 +230,21 @@ def check_reward_spec(spec: str, base_dir: str | Path | None = None) -> str | No
     except RewardResolveError as exc:
         return str(exc)
     return None
+
+
+def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
+    """Dataset columns a reward reads, known before any data loads: `kwargs.column` / `kwargs.columns`,
+    and for a built-in its default `column` (unless a fixed value such as char_fraction's `char` replaces it)."""
+    import inspect
+
+    cols: list[str] = []
+    if isinstance(kwargs.get("column"), str):
+        cols.append(kwargs["column"])
+    if isinstance(kwargs.get("columns"), (list, tuple)):
+        cols += [c for c in kwargs["columns"] if isinstance(c, str)]
+    fn = BUILTIN_REWARDS.get(spec)
+    if fn is not None and not cols:
+        param = inspect.signature(fn).parameters.get("column")
+        if param is not None and isinstance(param.default, str) and not (spec == "char_fraction" and kwargs.get("char")):
+            cols.append(param.default)
+    return cols
