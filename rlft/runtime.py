@@ -278,12 +278,28 @@ class RunContext:
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")
 
+    def describe_final(self, folder: Path, steps: int) -> None:
+        """The adapter names its base model as the user gave it (not a cache path), and the model card says
+        what rlft trained instead of the library boilerplate."""
+        from rlft.monitor.model_card import model_card
+
+        adapter = folder / "adapter_config.json"
+        if adapter.is_file():
+            data = json.loads(adapter.read_text())
+            data["base_model_name_or_path"] = self.cfg.model.name_or_path
+            adapter.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        card = model_card(self.cfg, steps)
+        (folder / "README.md").write_text(card)
+        if (self.run.checkpoints / "README.md").is_file():  # TRL's card there says "fine-tuned version of [None]"
+            (self.run.checkpoints / "README.md").write_text(card)
+
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
         tmp = self.run.root / "final.tmp"
         trainer.save_model(str(tmp))
         if trainer.args.should_save:
             tokenizer.save_pretrained(str(tmp))
+            self.describe_final(tmp, trainer.state.global_step)
             import shutil
 
             if self.run.final.exists():

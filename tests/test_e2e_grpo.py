@@ -25,6 +25,10 @@ def test_demo_learns(tmp_path):
     assert first < 0.1 and last > 0.9, (first, last)
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
+    fired = {h["rule"] for h in read_jsonl(out / "health.jsonl")}
+    assert "entropy_collapse" not in fired, fired  # the demo learns; its low entropy is the answer, not a collapse
+    assert all(isinstance(r["time"], float) and r["stage"] == "grpo" for r in rows)
+    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stage"] == "grpo" and summary["status"] == "finished" and summary["steps"] == 60
     assert summary["last"]["reward"] == rows[-1]["reward"] and summary["wall_s"] > 0

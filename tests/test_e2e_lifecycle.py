@@ -121,13 +121,21 @@ def test_final_adapter_loads_with_plain_peft(tmp_path):
     out = tmp_path / "run"
     assert _train(out, "train.max_steps=2").returncode == 0
     code = (
-        "import sys; from peft import AutoPeftModelForCausalLM; from transformers import AutoTokenizer\n"
-        "p = sys.argv[1]; m = AutoPeftModelForCausalLM.from_pretrained(p); t = AutoTokenizer.from_pretrained(p)\n"
+        "import json, sys; from peft import PeftModel; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "p = sys.argv[1]; t = AutoTokenizer.from_pretrained(p)\n"
+        "m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sys.argv[2]), p)\n"
         "ids = t('Repeat the letter a: ', return_tensors='pt')\n"
         "o = m.generate(**ids, max_new_tokens=5, do_sample=False)\n"
         "print('GENERATED', o.shape[1] - ids['input_ids'].shape[1])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(out / "final")], capture_output=True, text=True,
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "tiny"  # as the user named it, not rlft's cache folder
+    card = (out / "final" / "README.md").read_text()
+    assert "# GRPO fine-tune of `tiny`" in card and "stage `grpo`, 2 optimizer steps" in card
+    assert "- Rewards: `char_fraction` x 1" in card and "- Data: `demo`" in card
+    base = run_cli("tiny-model", tmp_path / "tiny")  # how a user gets the tiny base model as a folder
+    assert base.returncode == 0, base.stderr
+    res = subprocess.run([sys.executable, "-c", code, str(out / "final"), str(tmp_path / "tiny")], capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "GENERATED" in res.stdout

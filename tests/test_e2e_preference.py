@@ -31,6 +31,9 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 final = Path(sys.argv[1])
 base = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+if base == "tiny":  # rlft's built-in model, as the user named it: rlft builds (or finds) its folder
+    from rlft.tiny import ensure_tiny_model
+    base = str(ensure_tiny_model())
 tok = AutoTokenizer.from_pretrained(str(final))
 model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(final))
 ids = tok("Repeat the letter a: ", return_tensors="pt")

@@ -220,7 +220,7 @@ class MonitorConfig:
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
-    log_completions: int = F(4, "Completions per step written to completions.jsonl (0 = none, -1 = all).", ge=-1)
+    log_completions: int = F(4, "Prompt groups per step written to completions.jsonl, each with all its group_size completions (0 = none, -1 = all).", ge=-1)
 
 
 @dataclass

@@ -355,6 +355,20 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
     valid = trainer_config_fields(c.stage)
     if valid is None:
         return
+    if extra.get("load_best_model_at_end") is True:
+        # transformers needs evaluation on the save schedule to know the best checkpoint
+        where = c.layer_of("trl.load_best_model_at_end")
+        if not _get(c.data, "data.eval"):
+            # like missing data: a warning while checking a profile, an error once there is data to train on
+            level = "error" if _get(c.data, "data.train") else "warning"
+            problems.append(Problem("trl.load_best_model_at_end", where,
+                                    "needs evaluation to pick the best checkpoint: set data.eval (rlft evaluates "
+                                    "every train.eval_steps only when data.eval is set), or drop this option", level))
+        es, ss = _get(c.data, "train.eval_steps"), _get(c.data, "train.save_steps")
+        if isinstance(es, int) and isinstance(ss, int) and es and ss % es:
+            problems.append(Problem("train.save_steps", c.layer_of("train.save_steps"),
+                                    f"trl.load_best_model_at_end needs train.save_steps ({ss}) to be a multiple of "
+                                    f"train.eval_steps ({es})"))
     for key in extra:
         path = f"trl.{key}"
         where = c.layer_of(path)

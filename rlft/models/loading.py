@@ -101,11 +101,24 @@ def load_reference(cfg: RlftConfig):
         return None
     path = Path(ref)
     if (path / "adapter_config.json").is_file():
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=_dtype(cfg)).merge_and_unload()
+        model = load_adapter_model(path, cfg).merge_and_unload()
     else:
         model = load_causal_lm(str(path), cfg)
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def load_adapter_model(folder: Path, cfg: RlftConfig):
+    """A PEFT adapter folder on its base model. rlft's adapters name the base as the user gave it, so
+    `tiny` (rlft's built-in model, which transformers does not know) is resolved here."""
+    import json
+
+    from peft import PeftModel
+
+    base = json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if base == "tiny":
+        from rlft.tiny import ensure_tiny_model
+
+        base = str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
+    return PeftModel.from_pretrained(load_causal_lm(base, cfg), str(folder))

@@ -167,6 +167,7 @@ class HealthMonitor(TrainerCallback):
             if write:
                 with open(self.run.health, "a") as fh:
                     fh.write(json.dumps(entry) + "\n")
+                self.console.alert(level)
                 if f.rule not in self._announced or action != "warn":  # warnings: once on the console
                     self._announced.add(f.rule)
                     style = "bold red" if level == "critical" else "yellow"
