@@ -4,6 +4,7 @@ are imported only inside the commands that train or inspect the environment, so 
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -57,9 +58,19 @@ def _err(text: str) -> None:
     typer.echo(text, err=True)
 
 
+MAX_SHOWN_PROBLEMS = 50  # a pasted 10 MB file should not print 276,000 lines
+
+
 def _print_problems(problems: list[Problem]) -> None:
-    for p in problems:
+    """Errors first, then warnings; at most MAX_SHOWN_PROBLEMS lines, with a count of the rest."""
+    ordered = [p for p in problems if p.level == "error"] + [p for p in problems if p.level != "error"]
+    for p in ordered[:MAX_SHOWN_PROBLEMS]:
         _err(str(p))
+    rest = ordered[MAX_SHOWN_PROBLEMS:]
+    if rest:
+        n_err = sum(p.level == "error" for p in rest)
+        _err(f"... and {len(rest)} more problem{'s' if len(rest) != 1 else ''} not shown "
+             f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} warning{'s' if len(rest) - n_err != 1 else ''})")
 
 
 def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False):
@@ -113,8 +124,12 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
+        from rlft.config.init_from import describe_reference
+
         for note in explain_notes(cfg):
             typer.echo(note)
+        typer.echo(f"# reference (model.ref={cfg.model.ref}): "
+                   f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
 
 @app.command("list")
@@ -166,9 +181,16 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
 def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
           overrides: Optional[List[str]] = OVERRIDES_ARG,
           resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest checkpoint."),
-          overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder."),
+          overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder (the old "
+                                         "one is moved to <name>.old and deleted at the new run's first checkpoint)."),
+          allow_config_change: bool = typer.Option(False, "--allow-config-change",
+                                                   help="With --resume: continue with a changed config (changed keys "
+                                                        "are listed; shape-changing keys are still refused)."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
+    from rlft.monitor.streams import protect_std_streams
+
+    protect_std_streams()  # `rlft train ... | head`: a closed pipe must not stop training
     from rlft.stages import StageNotBuilt, get_runner
 
     if hw == "auto":
@@ -190,17 +212,26 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     if problems:
         raise typer.Exit(3)
     from rlft.models.loading import ModelLoadError
-    from rlft.run import RunError, RunOptions, prepare_run_dir
+    from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
+                      argv=sys.argv[1:])
     try:
+        check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):
             from rlft.launch import launch
 
-            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start
+            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start; holds the lock
             argv = [a for a in sys.argv[1:] if a != "--overwrite"]
             argv = _replace_hw(argv, hw) + [f"train.output_dir={run.root}"]
-            raise typer.Exit(launch(cfg, argv))
+            try:
+                code = launch(cfg, argv)
+            finally:
+                if run.replaced is not None:
+                    _err(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
+                         f"checkpoint); move it back or delete it")
+                run.release()
+            raise typer.Exit(code)
         code = runner(cfg, composed, opts)
     except ConfigError as exc:  # e.g. TRL rejected the settings while the stage built its trainer config
         _print_problems(exc.problems)
@@ -212,7 +243,244 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     except ModelLoadError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        # a read-only folder (output, cache, data) is the user's to fix, not an rlft crash
+        _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
+             f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+        raise typer.Exit(2)
     raise typer.Exit(code or 0)
+
+
+@app.command("report")
+def report(runs: List[Path] = typer.Argument(..., help="Run folder(s); several are overlaid on the same graphs."),
+           out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                              help="Output folder (default: report/ in the first run's folder)."),
+           max_chars: int = typer.Option(4000, "--max-chars", min=100,
+                                         help="Characters of each completion kept in the page (the jsonl keeps all).")) -> None:
+    """Write an offline HTML report (reward graphs, reward logs, completions browser) and one PNG per graph."""
+    from rlft.monitor.report import ReportInputError, build_report
+
+    try:
+        res = build_report(runs, out, max_chars=max_chars)
+    except ReportInputError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    if res.note:
+        _err(f"rlft report: {res.note}")
+    typer.echo(f"report written to {res.index} ({res.graphs} graphs in {res.index.parent / 'graphs'}, "
+               f"{res.completions} completions, {res.bytes / 1e6:.1f} MB, {res.seconds:.1f} s)")
+
+
+TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
+                                      "or a transformers model folder.")
+CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use checkpoints/checkpoint-N instead of final/.")
+
+
+def _target(path: Path, checkpoint: Optional[int]):
+    from rlft.posttrain import resolve_target
+    from rlft.run import RunError
+
+    try:
+        return resolve_target(path, checkpoint)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+
+
+def _quiet() -> None:
+    from rlft.runtime import quiet_libraries
+
+    quiet_libraries(False)
+
+
+@app.command("eval")
+def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT,
+             overrides: Optional[List[str]] = OVERRIDES_ARG,
+             stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's)."),
+             data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` = the built-in task."),
+             n: int = typer.Option(4, "-n", min=1, help="Completions sampled per prompt."),
+             max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N prompts only."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in the run folder, else here)."),
+             checkpoint: Optional[int] = CHECKPOINT_OPT,
+             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed).")) -> None:
+    """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
+    from rlft.posttrain import _run_config, eval_config_file
+
+    tgt = _target(target, checkpoint)
+    stage = stage or _run_config(tgt.run_root).get("stage") or "grpo"
+    files, own = list(config or []), None
+    if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
+        files = [own := eval_config_file(tgt.run_root, stage)]
+    try:
+        cfg, _ = _load(stage, "cpu", files, overrides)
+    finally:
+        if own is not None:
+            own.unlink(missing_ok=True)
+    source = data or cfg.data.eval
+    if not source:
+        _err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
+        raise typer.Exit(2)
+    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
+    _quiet()
+    from rlft.posttrain import evaluate
+    from rlft.run import RunError
+
+    try:
+        res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} completions")
+    for name, value in res["rewards"].items():
+        typer.echo(f"  {name:<24}{fmt(value)}")
+    typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
+               (f"   ({res['unscored']} completions unscored)" if res["unscored"] else ""))
+    typer.echo(f"rows written to {res['out']}")
+
+
+@app.command("generate")
+def generate_cmd(target: Path = TARGET_ARG,
+                 prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable)."),
+                 file: Optional[Path] = typer.Option(None, "--file", "-f", help="A text file with one prompt per line."),
+                 n: int = typer.Option(2, "-n", min=1, help="Completions per prompt."),
+                 max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion (tokens)."),
+                 temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature."),
+                 top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold."),
+                 seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+                 raw: bool = typer.Option(False, "--raw", help="Do not wrap prompts in the chat template."),
+                 checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Sample a few completions from a trained adapter or model (chat template applied when it has one)."""
+    prompts = list(prompt or [])
+    if file is not None:
+        if not file.is_file():
+            _err(f"error: --file {file}: no such file")
+            raise typer.Exit(2)
+        prompts += [line for line in file.read_text().splitlines() if line.strip()]
+    if not prompts:
+        _err("error: give at least one --prompt TEXT or --file FILE")
+        raise typer.Exit(2)
+    tgt = _target(target, checkpoint)
+    _quiet()
+    from rlft.posttrain import generate
+    from rlft.run import RunError
+
+    try:
+        rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    last = None
+    for row in rows:
+        if row["prompt"] != last:
+            typer.echo(f"=== {row['prompt']}")
+            last = row["prompt"]
+        typer.echo(f"--- {row['completion']}")
+
+
+@app.command("export")
+def export_cmd(target: Path = TARGET_ARG,
+               out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist or be empty)."),
+               merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain transformers model."),
+               checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
+    tgt = _target(target, checkpoint)
+    _quiet()
+    from rlft.posttrain import export
+    from rlft.run import RunError
+
+    try:
+        path = export(tgt, out, merge)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    kind = "merged model" if merge else "adapter"
+    typer.echo(f"{kind} written to {path} (load with "
+               f"{'AutoModelForCausalLM' if merge else 'PeftModel'}.from_pretrained)")
+
+
+pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
+                           no_args_is_help=True)
+app.add_typer(pipeline_app, name="pipeline")
+USES_REFERENCE = ("grpo", "ppo", "dpo")  # stages that measure KL or preferences against a frozen model
+PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
+PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<number or name>.KEY=VALUE for one.")
+PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
+
+
+def _load_pipeline(path: Path, overrides: Optional[List[str]], hw: str):
+    from rlft.pipeline.spec import check_pipeline, load_pipeline
+
+    try:
+        pipe = load_pipeline(path)
+        checked = check_pipeline(pipe, overrides or [], hw)
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        n = sum(p.level == "error" for p in exc.problems)
+        _err(f"pipeline invalid: {n} error{'s' if n != 1 else ''}")
+        raise typer.Exit(2)
+    for _, _, _, warnings in checked:
+        _print_problems(warnings)
+    return pipe, checked
+
+
+@pipeline_app.command("validate")
+def pipeline_validate(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES,
+                      hw: str = PIPE_HW) -> None:
+    """Check every stage of a pipeline without importing torch: each error names its stage, key, file and line."""
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    stages = " -> ".join(f"{e.stage}" for e, *_ in checked)
+    typer.echo(f"pipeline OK: {pipe.name}: {stages}; runs in {pipe.output_dir}/")
+
+
+@pipeline_app.command("show")
+def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW) -> None:
+    """Print each stage's resolved config with the layer of every key and what its reference is."""
+    from rlft.config.init_from import describe_reference
+    from rlft.config.render import render_yaml
+
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    for i, (entry, cfg, composed, _) in enumerate(checked):
+        typer.echo(f"# ---- {entry.label}: {entry.stage}, hw {entry.hw or hw}, run folder {pipe.stage_dir(entry)}")
+        if entry.stage not in USES_REFERENCE:
+            typer.echo(f"# reference: none ({entry.stage} uses no reference model)"
+                       + (f"; starts from {checked[i - 1][0].label}" if i and not entry.sets_init_from else ""))
+        elif i and not cfg.model.init_from and not entry.sets_init_from:
+            prev = checked[i - 1][0]
+            typer.echo(f"# starts from {prev.label} ({pipe.stage_dir(prev)}), set when that stage has finished; "
+                       f"reference: {describe_reference('init', pipe.stage_dir(prev), cfg.model.init_mode)}"
+                       if not composed.set_by_user("model.ref") else
+                       f"# starts from {prev.label} ({pipe.stage_dir(prev)}); reference: model.ref={cfg.model.ref}")
+        else:
+            typer.echo(f"# reference: {describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
+        typer.echo(render_yaml(cfg, composed), nl=False)
+
+
+@pipeline_app.command("run")
+def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW,
+                 resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
+    """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    for entry, cfg, _, _ in checked:
+        if cfg.hw.num_processes > 1:
+            _err(f"{entry.label}: pipelines run each stage in one process in this version; use a single-process "
+                 f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
+            raise typer.Exit(2)
+    from rlft.pipeline.runner import run_pipeline
+    from rlft.run import RunError
+
+    try:
+        code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        raise typer.Exit(2)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    raise typer.Exit(code)
 
 
 def _replace_hw(argv: list[str], hw: str) -> list[str]:

@@ -7,19 +7,28 @@
       health.jsonl        every health-rule firing (written, possibly empty, by every stage)
       checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
       final/              PEFT adapter (or full model) + tokenizer
+      .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import shutil
+import socket
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.config.compose import Composed
+from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig
+
+LOCK_NAME = ".rlft.lock"
+REPLACES_NAME = ".rlft_replaces"  # in a run started with --overwrite: the moved-aside folder it replaces
 
 
 @dataclass
@@ -27,6 +36,8 @@ class RunOptions:
     resume: bool = False
     overwrite: bool = False
     verbose: bool = False
+    allow_config_change: bool = False
+    argv: list = field(default_factory=list)  # the command's arguments, for the printed resume command
 
 
 class RunError(Exception):
@@ -37,9 +48,78 @@ class RunError(Exception):
         self.exit_code = exit_code
 
 
+def describe_holder(holder: dict | None) -> str:
+    if not holder:
+        return "an unknown process"
+    return f"pid {holder.get('pid')} on host {holder.get('host')}"
+
+
+class RunLock:
+    """Exclusive lock on a run folder: an flock'ed file holding the holder's pid and host.
+
+    The kernel drops an flock when its process dies, so a lock left by a killed run is recognised
+    as stale without guessing; the pid/host inside are for the error message and the take-over note."""
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / LOCK_NAME
+        self._fd: int | None = None
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text() or "null")
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> "RunLock":
+        import fcntl
+
+        for _ in range(5):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                holder = self._read()
+                raise RunError(f"run folder {self.path.parent} is in use by another rlft run ({describe_holder(holder)}, "
+                               f"lock file {self.path}); wait for it to finish or stop it, or use another "
+                               f"train.output_dir") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder released (unlinked) it between our open and flock: try again
+                os.close(fd)
+                continue
+            old = self._read()
+            if old and old.get("pid") != os.getpid():
+                print(f"rlft: taking over a stale lock on {self.path.parent}: {describe_holder(old)} ended "
+                      f"without releasing it", file=sys.stderr)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                      "started": round(time.time(), 3)}).encode(), 0)
+            self._fd = fd
+            return self
+        raise RunError(f"could not lock run folder {self.path.parent}: its lock file keeps changing")
+
+    def moved_to(self, root: Path) -> None:
+        """The locked folder was renamed: the open lock follows the file."""
+        self.path = Path(root) / LOCK_NAME
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()  # unlink before closing: a waiter that opened the old file retries
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
 @dataclass
 class RunDir:
     root: Path
+    lock: RunLock | None = field(default=None, repr=False, compare=False)
 
     @property
     def config(self) -> Path:
@@ -64,6 +144,29 @@ class RunDir:
     @property
     def final(self) -> Path:
         return self.root / "final"
+
+    @property
+    def replaced(self) -> Path | None:
+        """The folder this run replaces (--overwrite), kept until this run's first checkpoint."""
+        marker = self.root / REPLACES_NAME
+        if not marker.is_file():
+            return None
+        return Path(marker.read_text().strip())
+
+    def drop_replaced(self) -> None:
+        """This run has shown it works (a checkpoint or its final model is on disk): delete the old run."""
+        old = self.replaced
+        if old is None:
+            return
+        if old.exists():
+            shutil.rmtree(old)
+            print(f"rlft: deleted the replaced run {old} (this run has written a checkpoint)", file=sys.stderr)
+        (self.root / REPLACES_NAME).unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     @property
     def samples(self) -> Path:
@@ -92,13 +195,72 @@ def default_output_dir(stage: str) -> str:
     return f"runs/{stage}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def check_writable(folder: Path, what: str = "run folder", key: str = "train.output_dir") -> None:
+    """RunError (one line, exit 2) unless `folder` exists and can be written, or can be created.
+
+    Probed by writing a file: permission bits say nothing about read-only mounts or root."""
+    import tempfile
+
+    folder = Path(folder)
+    probe_in = folder
+    while not probe_in.exists():
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if probe_in.exists() and not probe_in.is_dir():
+        raise RunError(f"cannot create {what} {folder}: {probe_in} is a file, not a folder; set {key} elsewhere")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rlft-write-test-", dir=probe_in)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise RunError(f"cannot write the {what} {folder}: {probe_in} is not writable ({exc.strerror or exc}); "
+                       f"set {key} to a folder you can write to") from None
+
+
+def aside_path(root: Path) -> Path:
+    return root.with_name(root.name + ".old")
+
+
 def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
-    """The run folder's preconditions (--resume needs one, a new run needs none), checked without
-    writing anything, so a run that fails to start leaves nothing behind."""
+    """The run folder's preconditions (--resume needs one, a new run needs none or --overwrite, the place is
+    writable), checked without creating anything: called before the model and data load, so a run that
+    fails while loading leaves nothing behind. `prepare_run_dir` creates the folder afterwards."""
+    if opts.resume and opts.overwrite:
+        raise RunError("--resume and --overwrite contradict each other; pick one")
+    if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
+        cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
+        print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
+              file=sys.stderr)
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
-    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked it
+    check_writable(run.root)
+    if os.environ.get("RLFT_LAUNCHED"):
+        return run
+    exists = run.root.exists() and any(run.root.iterdir())
+    if opts.resume and not exists:
+        raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
+                       f"(drop --resume to start a new run)")
+    if not opts.resume and exists and not opts.overwrite:
+        raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
+                       f"or --overwrite to replace it (or set train.output_dir)")
+    return run
+
+
+def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
+    """Create (or reopen for --resume) the run folder, lock it and write config.yaml before training starts."""
+    if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
+        cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
+        print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
+              file=sys.stderr)
+    if cfg.train.output_dir is None:
+        cfg.train.output_dir = default_output_dir(cfg.stage)
+    run = RunDir(Path(cfg.train.output_dir))
+    check_writable(run.root)
+    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked, created and locked it
+        run.root.mkdir(parents=True, exist_ok=True)
+        run.checkpoints.mkdir(exist_ok=True)
         return run
     exists = run.root.exists() and any(run.root.iterdir())
     if opts.resume and opts.overwrite:
@@ -107,25 +269,158 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
         if not exists:
             raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
                            f"(drop --resume to start a new run)")
-    elif exists and not opts.overwrite:
-        raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
-                       f"or --overwrite to replace it (or set train.output_dir)")
-    return run
-
-
-def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
-    """Create (or reopen for --resume) the run folder and write config.yaml; called once the model and
-    data have loaded."""
-    run = check_run_dir(cfg, opts)
-    if os.environ.get("RLFT_LAUNCHED"):  # the launching process already created it
+        run.lock = RunLock(run.root).acquire()
+    elif exists:
+        held = RunLock(run.root).acquire()  # refuses a folder a live run is using, before touching it
+        if not opts.overwrite:
+            held.release()
+            raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
+                           f"or --overwrite to replace it (or set train.output_dir)")
+        old = aside_path(run.root)
+        if old.exists():
+            held.release()
+            raise RunError(f"cannot --overwrite {run.root}: {old} already exists (kept by an earlier --overwrite "
+                           f"whose new run never wrote a checkpoint); delete or rename it first")
+        # Moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there.
+        run.root.rename(old)
+        held.moved_to(old)
+        run.root.mkdir(parents=True)
+        run.lock = RunLock(run.root).acquire()
+        held.release()
+        (run.root / REPLACES_NAME).write_text(str(old.resolve()) + "\n")
+        print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
+              f"first checkpoint", file=sys.stderr)
+    else:
         run.root.mkdir(parents=True, exist_ok=True)
+        run.lock = RunLock(run.root).acquire()
+    try:
         run.checkpoints.mkdir(exist_ok=True)
-        return run
-    if not opts.resume and run.root.exists() and any(run.root.iterdir()):
-        shutil.rmtree(run.root)  # --overwrite (check_run_dir refused otherwise)
-    run.root.mkdir(parents=True, exist_ok=True)
-    run.checkpoints.mkdir(exist_ok=True)
-    text = render_yaml(cfg, composed)
-    if not opts.resume or not run.config.exists():
-        run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n{text}")
+        text = render_yaml(cfg, composed)
+        if not opts.resume or not run.config.exists():
+            run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n{text}")
+    except BaseException:
+        run.release()
+        raise
     return run
+
+
+# keys a resume may change without --allow-config-change: where the run folder is, how far to train,
+# how often to save and log
+RESUME_FREE = ("train.output_dir", "train.max_steps", "train.save_steps", "train.save_total_limit",
+               "train.logging_steps")
+
+
+def saved_config(root: Path) -> dict | None:
+    """A run folder's config.yaml as a dict (None when missing or unreadable)."""
+    import yaml
+
+    path = Path(root) / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object]]:
+    """(key, saved value, new value) for each setting that differs from a run's saved config. Left out:
+    RESUME_FREE keys, other stages' sections, keys the saved config predates (at their default) or lost."""
+    from dataclasses import asdict
+
+    from rlft.config.schema import STAGES
+    from rlft.config.stages import get_spec
+
+    a, b = _leaves(old), _leaves(asdict(cfg))
+    other_sections = {get_spec(s).section for s in STAGES} - {get_spec(cfg.stage).section}
+    out = []
+    for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0] == "rewards", k)):
+        if key in RESUME_FREE or key.split(".", 1)[0] in other_sections or key not in b:
+            continue
+        if key not in a and _plain(b[key]) == _plain(_schema_default(key)):
+            continue  # a setting newer than the saved config, at its default
+        if _plain(a.get(key)) != _plain(b[key]):
+            out.append((key, a.get(key), b[key]))
+    return out
+
+
+def _leaves(data: dict) -> dict:
+    """flatten(), with lists of sections (rewards) expanded by index: rewards.0.weight."""
+    out = {}
+    for key, value in flatten(data).items():
+        if isinstance(value, dict) and value:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, item in enumerate(value):
+                out.update(_leaves({f"{key}.{i}": item}))
+            out[f"{key}.count"] = len(value)
+            continue
+        out[key] = value
+    return out
+
+
+_NO_DEFAULT = object()
+
+
+def _schema_default(key: str):
+    """The schema default of a dotted key (list indices skipped), or a sentinel when it has none."""
+    import dataclasses
+    import typing
+
+    cls, parts = RlftConfig, [p for p in key.split(".") if not p.isdigit()]
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return _NO_DEFAULT
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return _NO_DEFAULT
+        if i == len(parts) - 1:
+            f = fields[part]
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else _NO_DEFAULT
+        hint = typing.get_type_hints(cls)[part]
+        cls = typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint
+    return _NO_DEFAULT
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def resume_command(root: Path, argv: list[str]) -> str:
+    """The exact command that continues this run: the same arguments, the run folder pinned, --resume."""
+    keep = [a for a in argv if a not in ("--overwrite", "--resume", "--allow-config-change")
+            and not a.startswith("train.output_dir=")]
+    if not keep or keep[0] != "train":
+        keep = ["train", *keep]
+    return shlex.join(["rlft", *keep, f"train.output_dir={root}", "--resume"])
+
+
+def _default_run_names(parent: Path, stage: str) -> list[Path]:
+    pattern = re.compile(rf"{re.escape(stage)}-\d{{8}}-\d{{6}}")
+    found = [p for p in parent.glob(f"{stage}-*") if p.is_dir() and pattern.fullmatch(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)  # newest first: the names are timestamps
+
+
+def find_run_to_resume(cfg: RlftConfig, argv: list[str]) -> Path:
+    """--resume without train.output_dir: the newest runs/<stage>-<timestamp> whose config matches."""
+    parent = Path(default_output_dir(cfg.stage)).parent
+    runs = _default_run_names(parent, cfg.stage)
+    if not runs:
+        raise RunError(f"nothing to resume: train.output_dir is not set and there is no {parent}/{cfg.stage}-<timestamp> "
+                       f"run here (drop --resume to start a new run, or set train.output_dir=<run folder>)")
+    for root in runs:
+        old = saved_config(root)
+        if old is not None and not config_changes(old, cfg):
+            return root
+    newest = runs[0]
+    diff = [k for k, _, _ in config_changes(saved_config(newest) or {}, cfg)]
+    raise RunError(f"nothing to resume: no run in {parent}/ has this config. The newest {cfg.stage} run, {newest}, "
+                   f"differs in {', '.join(diff[:10])}{' ...' if len(diff) > 10 else ''}; to continue it anyway: "
+                   f"{resume_command(newest, argv)} --allow-config-change")

@@ -16,7 +16,8 @@ from pathlib import Path
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, check_run_dir, checkpoint_step, prepare_run_dir
+from rlft.run import (COMPLETE_MARKER, RunDir, RunError, RunOptions, check_run_dir, checkpoint_step, config_changes,
+                      prepare_run_dir, resume_command, saved_config)
 
 log = logging.getLogger("rlft")
 RLFT_STATE = "rlft_state.json"
@@ -24,7 +25,7 @@ RLFT_STATE = "rlft_state.json"
 # own keys come from its StageSpec.resume_breaking
 RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
                    "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
-                   "data.train", "hw.num_processes")
+                   "data.train", "hw.num_processes", "train.optim")
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -42,6 +43,109 @@ def quiet_libraries(verbose: bool) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in ("transformers", "trl", "peft", "datasets", "accelerate", "torch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def tracker_env(report_to: list[str], run_root: Path, environ) -> dict[str, str]:
+    """Environment that sends the trackers' files into the run folder: TensorBoard event files to
+    `<run>/tensorboard/` (transformers would use checkpoints/runs/), wandb's local files to `<run>/`.
+    A value the user exported already wins (one rlft set for an earlier run in this process does not)."""
+    wanted = {}
+    if "tensorboard" in report_to:
+        wanted["TENSORBOARD_LOGGING_DIR"] = str(run_root / "tensorboard")
+    if "wandb" in report_to:
+        wanted["WANDB_DIR"] = str(run_root)
+    out = {k: v for k, v in wanted.items() if not environ.get(k) or environ.get(k) == _TRACKER_ENV_SET.get(k)}
+    _TRACKER_ENV_SET.update(out)
+    return out
+
+
+_TRACKER_ENV_SET: dict[str, str] = {}
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors it lists."""
+    import struct
+
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size:
+                raise ValueError
+            header = json.loads(f.read(n))
+    except (struct.error, ValueError, UnicodeDecodeError):
+        return f"{path.name} is truncated or not safetensors ({size} bytes)"
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        return f"{path.name} is truncated ({size} of {8 + n + end} bytes)"
+    return None
+
+
+def _torch_file_problem(path: Path) -> str | None:
+    """torch.save writes a zip archive; a truncated one has lost its central directory."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK":
+        return f"{path.name} is empty or truncated" if path.stat().st_size < 2 else None  # legacy pickle: unchecked
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError):
+        return f"{path.name} is truncated ({path.stat().st_size} bytes)"
+    return None
+
+
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safetensors.index.json", "adapter_model.bin",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a marked checkpoint cannot be resumed from (missing or truncated files), or None if it looks whole."""
+    state = path / "trainer_state.json"
+    if not state.is_file():
+        return "trainer_state.json is missing"
+    try:
+        json.loads(state.read_text())
+    except ValueError:
+        return "trainer_state.json is not valid JSON"
+    if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("pytorch_model_fsdp*")):
+        return "it holds no model weights"
+    for file in sorted(path.glob("*.safetensors")):
+        problem = _safetensors_problem(file)
+        if problem:
+            return problem
+    for file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin")]):
+        problem = _torch_file_problem(file)
+        if problem:
+            return problem
+    return None
+
+
+def drop_rows_after(path: Path, step: int) -> int:
+    """Remove rows of steps after `step` from a jsonl log: a resumed run trains them again and writes them anew."""
+    if not path.is_file():
+        return 0
+    keep, dropped = [], 0
+    for line in path.read_text().splitlines(keepends=True):
+        try:
+            row_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            row_step = None  # a line cut short by a kill: not a row
+            if not line.strip() or not line.endswith("\n"):
+                dropped += 1
+                continue
+        if isinstance(row_step, (int, float)) and row_step > step:
+            dropped += 1
+        else:
+            keep.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, path)
+        print(f"rlft: removed {dropped} row(s) after step {step} from {path.name}: those steps run again",
+              file=sys.stderr)
+    return dropped
 
 
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
@@ -85,25 +189,30 @@ class _Interrupt:
 class RunContext:
     """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, own_resume: bool = False):
         self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.own_resume = own_resume  # the stage picks its checkpoints itself (e.g. one folder per round)
         self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
+        self.final_only = False  # resume of a run killed during its final save: only redo that save
         self.threads_note = "cpu threads: torch default"
-        self._opened = False
+        self._run: RunDir | None = None  # created by open_run (or on first use of .run)
+        self.config_changes: dict = {}  # key -> (old, new), a resume with --allow-config-change
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.steps = 0
+        self.max_steps: int | None = None
         self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
-        """Process set-up and the run folder's preconditions; nothing is written until `open_run`."""
+        """Process set-up and the run folder's preconditions (checked, nothing written); the folder itself is
+        created by `open_run`, which a stage calls once its data and model have loaded."""
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
-        self.run = check_run_dir(self.cfg, self.opts)
+        self.planned = check_run_dir(self.cfg, self.opts)
         from rlft.models.hardware import resolve_cpu_threads
 
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -112,56 +221,137 @@ class RunContext:
             import torch
 
             torch.set_num_threads(threads)
-        if warning and self.rank == 0:
-            print(f"rlft: WARNING {warning}", file=sys.stderr)
+        if self.rank == 0:
+            print(f"rlft: {self.threads_note}", file=sys.stderr)
+            if warning:
+                print(f"rlft: WARNING {warning}", file=sys.stderr)
         from transformers import set_seed
 
         set_seed(self.cfg.train.seed)
         return self
 
+    @property
+    def run(self) -> RunDir:
+        """The run folder; opened on first use for stages that do not call `open_run` themselves."""
+        if self._run is None:
+            self.open_run()
+        return self._run
+
     def open_run(self) -> RunDir:
-        """Create the run folder (config.yaml, an empty health.jsonl) once the model and data have loaded,
-        so a run that fails while loading leaves nothing that blocks the corrected rerun."""
-        self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
-        self._opened = True
+        """Create (or reopen for --resume) and lock the run folder, write config.yaml and an empty
+        health.jsonl, and resolve the checkpoint to resume from. A run that fails while loading its data or
+        model never gets here, so nothing blocks the corrected rerun."""
+        if self._run is not None:
+            return self._run
+        run = self._run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        os.environ.update(tracker_env(self.cfg.train.report_to, run.root, os.environ))
+        try:
+            if self.opts.resume:
+                if self.own_resume:
+                    self._check_config()
+                else:
+                    self.resume_from = self._resolve_resume()
+            if self.rank == 0 and not run.health.exists():
+                run.health.touch()
+        except BaseException:
+            run.release()
+            self._run = None
+            raise
         if self.rank == 0:
-            self.run.health.touch()
-        if self.opts.resume:
-            self.resume_from = self._resolve_resume()
+            print(f"rlft: run folder {run.root}; to continue it after a stop: {self.resume_command}",
+                  file=sys.stderr)
         self.interrupt.install()
-        return self.run
+        return run
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
-        if self.rank == 0 and self._opened:  # a run that failed while loading leaves no folder behind
-            self.write_summary(None if exc_type is not None else self.exit_code,
-                               error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+        run = self._run  # a run that failed before its folder was opened leaves none behind
+        if run is not None:
+            if self.rank == 0:
+                if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                    self.write_summary(exc.exit_code, error=str(exc))
+                else:
+                    self.write_summary(None if exc_type is not None else self.exit_code,
+                                       error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+            if run.replaced is not None and self.rank == 0:
+                print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
+                      f"checkpoint); move it back or delete it", file=sys.stderr)
+            run.release()
         return False
+
+    @property
+    def resume_command(self) -> str:
+        return resume_command(self.run.root, self.opts.argv or ["--stage", self.cfg.stage])
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
         """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
-        from rlft.monitor.summary import last_metrics, status_for, write_summary
+        from rlft.monitor.summary import last_metrics, print_summary, run_numbers, status_for, write_summary
 
         extra = {"exit_code": code if code is not None else 1}
         if error:
             extra["error"] = error[:2000]
+        if self.max_steps:
+            extra["max_steps"] = self.max_steps
+        saved = [(checkpoint_step(p), p) for p in self.run.complete_checkpoints()]
+        if self.run.final.is_dir():
+            saved.append((self.steps, self.run.final))
         try:
-            write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
-                          steps=self.steps, wall_s=time.monotonic() - self.started,
-                          last=last_metrics(self.run.metrics), eval=self.eval, **extra)
+            summary = write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
+                                    steps=self.steps, wall_s=time.monotonic() - self.started,
+                                    last=last_metrics(self.run.metrics), eval=self.eval,
+                                    **extra, **run_numbers(self.run.root, saved))
         except OSError as e:
             print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
+            return
+        try:
+            print_summary(summary, self.run.root)
+        except (OSError, ValueError):  # a closed terminal must not turn a finished run into a failure
+            pass
+
+    def _check_config(self) -> None:
+        """Resume with the config the run started with: list every changed key; refuse shape-changing ones,
+        and the rest unless --allow-config-change (then they are applied)."""
+        old = saved_config(self.run.root)
+        if old is None:
+            return
+        changes = config_changes(old, self.cfg)
+        breaking = RESUME_BREAKING + get_spec(self.cfg.stage).resume_breaking
+        listed = "".join(f"\n  {k}: {a!r} -> {b!r}" for k, a, b in changes)
+        if any(k in breaking for k, _, _ in changes):
+            raise RunError("cannot resume: these settings changed since the run started and would break its "
+                           "checkpoints: " + "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k in breaking)
+                           + ". Start a new run (another train.output_dir) instead.")
+        if changes and not self.opts.allow_config_change:
+            raise RunError(f"cannot resume {self.run.root}: {len(changes)} setting(s) changed since the run started:"
+                           f"{listed}\nPass --allow-config-change to continue with the new values, or undo the changes.")
+        if changes and self.rank == 0:
+            print(f"rlft: resuming with a changed config (--allow-config-change):{listed}", file=sys.stderr)
+        self.config_changes = {k: (a, b) for k, a, b in changes}
+
+    def newest_checkpoint(self, folder: Path) -> Path | None:
+        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
+        good = sorted((p for p in Path(folder).glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+                      key=checkpoint_step) if Path(folder).is_dir() else []
+        if not good:
+            return None
+        state_file = good[-1] / RLFT_STATE
+        self.extra_state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+        return good[-1]
 
     def _resolve_resume(self) -> Path | None:
-        changed = breaking_changes(self.run, self.cfg)
-        if changed:
-            raise RunError("cannot resume: these settings changed since the run started and would break its "
-                           "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
+        self._check_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
+        while good and (problem := checkpoint_problem(good[-1])):
+            bad = good.pop()
+            aside = bad.with_name(f"damaged-{bad.name}")  # out of the trainer's checkpoint-* rotation
+            if self.rank == 0:
+                bad.rename(aside)
+            print(f"rlft: WARNING {bad.name} is damaged ({problem}); moved it to {aside} and falling back to "
+                  f"{good[-1].name if good else 'no checkpoint'}", file=sys.stderr)
         if not good:
             if self.run.final.exists():
                 raise RunError(f"nothing left to do: {self.run.root} holds a finished run (final/) and no checkpoint to continue from")
@@ -169,9 +359,27 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
+        if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
+            target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
+        if target > 0 and step >= target and not self.run.final.is_dir():
+            # killed during the final save (final/ appears only by a rename once complete): do it again
+            print(f"rlft: {self.run.root} reached step {step} but its final model was not saved completely; "
+                  f"saving it again from {newest.name}", file=sys.stderr)
+            self.final_only = True
+            return newest
         if target > 0 and step >= target:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
+        if self.rank == 0:
+            for path in (self.run.metrics, self.run.completions, self.run.health):
+                drop_rows_after(path, step)
+        if self.config_changes and self.rank == 0:  # the run goes on with the new values: record them
+            self.run.config.rename(self.run.root / f"config.step-{step}.yaml")
+            from rlft.config.render import render_yaml
+
+            self.run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n"
+                                       f"# changed at step {step} (--allow-config-change); before: "
+                                       f"config.step-{step}.yaml\n{render_yaml(self.cfg, self.composed)}")
         state_file = newest / RLFT_STATE
         if state_file.is_file():
             self.extra_state = json.loads(state_file.read_text())
@@ -189,29 +397,61 @@ class RunContext:
 
         self.console = ConsoleProgress(self.cfg.stage)
         self.health = HealthMonitor(self.cfg, self.run, self.console)
+        extra = []
+        if self.config_changes:
+            from rlft.monitor.callbacks import ApplyConfigChanges
+
+            extra.append(ApplyConfigChanges(self.config_changes))
         return [MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
-                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health]
+                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *extra]
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
-        state = {}
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None:
-            state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_state_dict"):  # the trainer knows its own (e.g. GRPO's KL controller state)
+            state = dict(trainer.rlft_state_dict())
+        else:
+            state = {}
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None:
+                state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
+            state["trainer"] = trainer.rlft_extra_state()
         return state
 
     def load_rlft_state(self, trainer) -> None:
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None and "kl_controller" in self.extra_state:
-            kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        if not self.extra_state:
+            return
+        if hasattr(trainer, "load_rlft_state_dict"):
+            trainer.load_rlft_state_dict(self.extra_state)
+            self._apply_kl_changes(trainer)
+        else:
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None and "kl_controller" in self.extra_state:
+                kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
+            trainer.load_rlft_extra_state(self.extra_state["trainer"])
+
+    def _apply_kl_changes(self, trainer) -> None:
+        """--allow-config-change: a changed KL setting wins over the controller state in the checkpoint."""
+        kl_ctl, section = getattr(trainer, "kl_ctl", None), get_spec(self.cfg.stage).section
+        if kl_ctl is None:
+            return
+        for key, attr in (("kl_penalty_coef", "value"), ("init_kl_coef", "value"), ("target_kl", "target"),
+                          ("kl_horizon", "horizon")):
+            if f"{section}.{key}" in self.config_changes and hasattr(kl_ctl, attr):
+                setattr(kl_ctl, attr, float(self.config_changes[f"{section}.{key}"][1]))
 
     # -- training ------------------------------------------------------------------------------
-    def train(self, trainer, tokenizer) -> int:
-        self.exit_code = self._train(trainer, tokenizer)
-        self.steps = trainer.state.global_step
+    def train(self, trainer, tokenizer, *, final: bool = True) -> int:
+        """Train to the end; `final=False` (an intermediate round) leaves final/ unwritten."""
+        try:
+            self.exit_code = self._train(trainer, tokenizer, final)
+        finally:
+            self.steps = trainer.state.global_step
+            self.max_steps = trainer.state.max_steps or None  # known once training started
         return self.exit_code
 
-    def _train(self, trainer, tokenizer) -> int:
+    def _train(self, trainer, tokenizer, final: bool = True) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
@@ -221,30 +461,46 @@ class RunContext:
         self.trainer = trainer
         self.health.attach(trainer, self)
         self.load_rlft_state(trainer)
+        if self.final_only:
+            from transformers import TrainerState
+
+            trainer._load_from_checkpoint(str(self.resume_from))  # the weights only; nothing left to train
+            trainer.state = TrainerState.load_from_json(str(self.resume_from / "trainer_state.json"))
+            self.console.close()
+            self.save_final(trainer, tokenizer)
+            return 0
         try:
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except RunStopped as exc:
             self._save_now(trainer)
-            print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; resume with "
-                  f"`rlft train ... --resume` after fixing the cause.", file=sys.stderr)
+            print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; after fixing the cause, "
+                  f"resume with: {self.resume_command}", file=sys.stderr)
             return 4
         except RewardFailureError as exc:
             self._save_now(trainer)
-            print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with --resume.",
-                  file=sys.stderr)
+            print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with: "
+                  f"{self.resume_command}", file=sys.stderr)
             return 4
         except KeyboardInterrupt:
-            print("rlft: interrupted twice: exited without a new checkpoint", file=sys.stderr)
+            good = self.run.complete_checkpoints() if self.rank == 0 else []
+            if good:
+                print(f"rlft: interrupted twice: stopped at once, without a new checkpoint. {good[-1]} "
+                      f"(step {checkpoint_step(good[-1])}) is still there; resume from it with: {self.resume_command}",
+                      file=sys.stderr)
+            elif self.rank == 0:
+                print(f"rlft: interrupted twice: stopped at once; no checkpoint had been written yet, so start "
+                      f"again (add --overwrite to replace {self.run.root})", file=sys.stderr)
             return 130
         finally:
             self.console.close()
         if self.interrupt.signal is not None:
             step = trainer.state.global_step
-            print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
-                  f"Resume with the same command plus --resume", file=sys.stderr)
+            print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
+                  f"Resume with: {self.resume_command}", file=sys.stderr)
             return 130  # Ctrl-C's code for SIGTERM too: one "interrupted, resumable" code
         self.check_ranks_in_sync(trainer)
-        self.save_final(trainer, tokenizer)
+        if final:
+            self.save_final(trainer, tokenizer)
         return 0
 
     def check_ranks_in_sync(self, trainer) -> None:
@@ -273,10 +529,11 @@ class RunContext:
         """Write rlft's state and the completion marker last: resume only trusts marked checkpoints."""
         if not trainer.args.should_save:
             return
-        path = self.run.checkpoints / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")
+            self.run.drop_replaced()
 
     def describe_final(self, folder: Path, steps: int) -> None:
         """The adapter names its base model as the user gave it (not a cache path), and the model card says
@@ -295,14 +552,17 @@ class RunContext:
 
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
+        import shutil
+
         tmp = self.run.root / "final.tmp"
+        if trainer.args.should_save and tmp.exists():
+            shutil.rmtree(tmp)  # left by a save that was killed half-way
         trainer.save_model(str(tmp))
         if trainer.args.should_save:
             tokenizer.save_pretrained(str(tmp))
             self.describe_final(tmp, trainer.state.global_step)
-            import shutil
-
             if self.run.final.exists():
                 shutil.rmtree(self.run.final)
             tmp.rename(self.run.final)
+            self.run.drop_replaced()
             print(f"rlft: done at step {trainer.state.global_step}; final model in {self.run.final}", file=sys.stderr)

@@ -142,7 +142,8 @@ def test_plain_output_includes_trl_passthrough_and_rewards(tmp_path):
     result = show("--stage", "grpo", "-c", f)
     data = yaml.safe_load(result.stdout)
     assert data["trl"] == {"load_best_model_at_end": True}
-    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None}]
+    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None,
+                               "timeout_s": 30.0}]
 
 
 def test_warnings_go_to_stderr_not_into_the_yaml():

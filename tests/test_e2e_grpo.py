@@ -85,3 +85,47 @@ def test_reward_failure_guard_stops_the_run(tmp_path):
     assert res.returncode != 0
     assert "max_failure_fraction" in res.stderr or "no score" in res.stderr
     assert "Traceback (most recent call last)" not in res.stderr.split("rlft:")[-1]
+
+
+def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
+    """monitor.log_completions counts completions (not groups); rows carry the data row as prompt_id."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=2",
+                  "monitor.log_completions=3")
+    assert res.returncode == 0, res.stderr[-3000:]
+    comps = read_jsonl(out / "completions.jsonl")
+    assert [c["step"] for c in comps] == [1, 1, 1, 2, 2, 2]
+    for c in comps:
+        assert set(c) == {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage"}
+        assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
+    assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt
+
+
+def test_summary_eval_start_and_end_and_resume_keeps_the_start(tmp_path):
+    """eval.start / eval.end: fresh samples (group_size per evaluation prompt, fixed seed) through the rollout
+    layer; a resumed run reports the start measured before its first checkpoint (kept in the checkpoint)."""
+    import json
+
+    out = tmp_path / "run"
+    args = ("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.save_steps=1",
+            "data.eval_prompts=3")
+    res = run_cli(*args, "train.max_steps=2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ev = json.loads((out / "summary.json").read_text())["eval"]
+    assert ev["start"]["n"] == ev["end"]["n"] == 3 * 8 and ev["start"]["prompts"] == 3
+    assert 0 <= ev["start"]["reward_mean"] <= 1 and 0 <= ev["end"]["reward_mean"] <= 1
+    assert "eval: mean reward" in res.stderr
+    # the resumed run must take eval.start from the checkpoint, not measure it again
+    state_file = out / "checkpoints" / "checkpoint-2" / "rlft_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["trainer"]["eval_start"] == ev["start"]
+    state["trainer"]["eval_start"] = {**ev["start"], "reward_mean": 0.123456}
+    state_file.write_text(json.dumps(state))
+    res = run_cli(*args, "train.max_steps=3", "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ev2 = json.loads((out / "summary.json").read_text())["eval"]
+    assert ev2["start"]["reward_mean"] == 0.123456 and ev2["end"]["n"] == 24
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={tmp_path / 'noeval'}",
+                  "train.max_steps=1", "data.eval_prompts=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / "noeval" / "summary.json").read_text())["eval"] == {}

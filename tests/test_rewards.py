@@ -216,9 +216,11 @@ def test_missing_function_message(tmp_path):
 
 def test_module_import_failure_message(tmp_path):
     assert "could not import module 'no_such_module_xyz'" in check_reward_spec("no_such_module_xyz:f")
-    (tmp_path / "broken_rewards.py").write_text("raise RuntimeError('boom at import')\n")
-    msg = check_reward_spec("broken_rewards.py:f", base_dir=tmp_path)
-    assert "RuntimeError: boom at import" in msg and "broken_rewards.py" in msg
+    (tmp_path / "broken_rewards.py").write_text("raise RuntimeError('boom at import')\ndef f(p, c): pass\n")
+    # checking reads the source and never runs it; resolving (at train time) imports it and reports the failure
+    assert check_reward_spec("broken_rewards.py:f", base_dir=tmp_path) is None
+    with pytest.raises(RewardResolveError, match="RuntimeError: boom at import.*broken_rewards.py|broken_rewards.py.*boom"):
+        resolve_reward_fn("broken_rewards.py:f", base_dir=tmp_path)
 
 
 def test_bad_spec_types():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -67,6 +68,7 @@ class Layer:
     name: str                         # "configs/stages/grpo.yaml" or "command line"
     data: dict
     lines: dict[str, int] = field(default_factory=dict)  # key path -> line in the file
+    source_dir: Path | None = None    # the file's folder; None for the command line
     profile: bool = False             # a shipped profile (base, stage, hardware), not the user's own file
     flat: dict[str, Any] = field(init=False)
 
@@ -89,8 +91,72 @@ def _key_lines(node, prefix: str, out: dict[str, int], dups: list[tuple[str, int
             _key_lines(v, path + ".", out, dups)
 
 
-def parse_yaml_text(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
+# A config file is a few hundred lines; caps keep a pasted data file or an alias bomb
+# ("billion laughs") from taking minutes and gigabytes before the user hears what is wrong.
+MAX_CONFIG_BYTES = 1_000_000
+MAX_YAML_NODES = 100_000  # scalars, lists and mappings after expanding every alias
+
+
+def _expanded_size(root: yaml.Node, name: str) -> None:
+    """Raise ConfigError when the document, with every alias expanded, exceeds MAX_YAML_NODES
+    (or an alias refers to its own ancestor); counted without expanding anything."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise ConfigError([Problem("(yaml)", f"{name}:{node.start_mark.line + 1}",
+                                       "a YAML alias refers to a node that contains it (recursive alias)")])
+        on_path.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            for child in node.value:
+                total += size(child)
+                if total > MAX_YAML_NODES:
+                    break
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                total += size(k) + size(v)
+                if total > MAX_YAML_NODES:
+                    break
+        on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 20_000))
+    try:
+        total = size(root)
+    except RecursionError:
+        total = MAX_YAML_NODES + 1
+    finally:
+        sys.setrecursionlimit(old_limit)
+    if total > MAX_YAML_NODES:
+        raise ConfigError([Problem("(yaml)", name, f"the document expands to more than {MAX_YAML_NODES:,} values "
+                                   "once its aliases (*name) are expanded (or nests too deeply); a config needs far "
+                                   "fewer: check the anchors (&name) and aliases")])
+
+
+def _compose_yaml(text: str, name: str) -> tuple[yaml.Node | None, Any]:
+    """Parse YAML text into (node, data), refusing alias bombs before anything is built."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _expanded_size(node, name)
+        data = loader.construct_document(node) if node is not None else None
+    except RecursionError:
+        raise ConfigError([Problem("(yaml)", name, "the document nests too deeply to be a config")]) from None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def parse_yaml_text(text: str, name: str = CLI_LAYER) -> Any:
+    return _compose_yaml(text, name)[1]
 
 
 def load_layer(path: Path, name: str | None = None) -> Layer:
@@ -101,16 +167,18 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
         what = "is a directory, not a config file" if path.is_dir() else "config file not found"
         raise ConfigError([Problem(name, name, f"{what}: {path}")])
     try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ConfigError([Problem("(file)", name, f"cannot read the file: {exc.strerror or exc}")]) from None
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([Problem("(file)", name, f"config file is {size / 1e6:.1f} MB; rlft reads config files of "
+                                   f"at most {MAX_CONFIG_BYTES / 1e6:g} MB (data belongs in a file named by data.train)")])
+    try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as exc:
         raise ConfigError([Problem("(file)", name, f"cannot read the file as UTF-8 text: {exc}")]) from None
     try:
-        loader = _Loader(text)
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
+        node, data = _compose_yaml(text, name)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
@@ -126,7 +194,7 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     if dups:
         raise ConfigError([Problem(key, f"{name}:{line}", f"duplicate key (also set on line {first}); "
                                    "YAML would silently keep only the last one") for key, first, line in dups])
-    return Layer(name, data, lines)
+    return Layer(name, data, lines, source_dir=path.resolve().parent)
 
 
 def parse_overrides(overrides: Iterable[str]) -> Layer:
@@ -180,6 +248,11 @@ class Composed:
     layers: list[Layer]
     stage: str
     hw: str
+    profile_layers: int = 3  # base, stage and hardware profiles come first; later layers are the user's
+
+    def set_by_user(self, path: str) -> bool:
+        """Whether a layer after rlft's own profiles set `path` (a user file, pipeline entry or override)."""
+        return any(path in layer.flat for layer in self.layers[self.profile_layers:])
 
     def layer_of(self, path: str) -> str:
         """The layer (with line) that last set `path`, or 'default' when no layer set it.
@@ -205,6 +278,15 @@ class Composed:
         return "default"
 
 
+    def dir_of(self, path: str) -> Path | None:
+        """The folder of the config file that last set `path` (None: command line or default).
+        Relative names in that value (e.g. a reward's `module:function`) are looked up there first."""
+        for layer in reversed(self.layers):
+            if path in layer.flat:
+                return layer.source_dir
+        return None
+
+
 def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
@@ -224,8 +306,13 @@ def _choose(kind: str, value: str, valid: tuple[str, ...]) -> Problem | None:
     return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint or '.'} Valid: {', '.join(valid)}")
 
 
-def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> Composed:
-    """Load and merge all layers. Raises ConfigError listing every problem found while loading."""
+def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
+            before_files: Iterable[Layer] = (), after_files: Iterable[Layer] = (),
+            last: Iterable[Layer] = ()) -> Composed:
+    """Load and merge all layers. Raises ConfigError listing every problem found while loading.
+
+    Order: base < stage profile < hardware profile < `before_files` < each file < `after_files` <
+    overrides < `last` (the extra layers are in-memory ones, e.g. a pipeline's defaults and entries)."""
     problems = [p for p in (_choose("stage", stage, STAGES), _choose("hw", hw, HARDWARE)) if p]
     if problems:
         raise ConfigError(problems)
@@ -241,10 +328,14 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
         layer.profile = i < 3  # base, stage and hardware profiles come first
         anchor_paths(layer.data, Path(path).resolve().parent)
         layers.append(layer)
+        if len(layers) == 3:  # after the three profiles
+            layers.extend(before_files)
+    layers.extend(after_files)
     try:
         layers.append(parse_overrides(overrides))
     except ConfigError as exc:
         problems.extend(exc.problems)
+    layers.extend(last)
     if problems:
         raise ConfigError(problems)
     merged: dict = {}
@@ -301,16 +392,57 @@ def anchor_paths(data: dict, base_dir: Path) -> None:
 
 
 def _resolve_interpolations(composed: Composed) -> dict:
-    """Resolve OmegaConf `${a.b}` interpolations only when a layer uses them (keeps start-up light)."""
+    """Resolve OmegaConf `${a.b}` interpolations in every layer (only when one is used: keeps start-up
+    light), except in `rewards[].kwargs`: those are the reward function's own arguments (templates such as
+    `Answer: ${answer}`, regexes) and reach it exactly as written, `$` and backslashes included."""
     data = composed.data
     if "${" not in repr(data):
         return data
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    verbatim: dict[int, Any] = {}
+    rewards = data.get("rewards")
+    if isinstance(rewards, list):
+        for i, item in enumerate(rewards):
+            if isinstance(item, dict) and "kwargs" in item:
+                verbatim[i] = item["kwargs"]
+        data = {**data, "rewards": [{k: v for k, v in item.items() if k != "kwargs"} if i in verbatim else item
+                                    for i, item in enumerate(rewards)]}
+    if "${" not in repr(data):
+        return composed.data
     try:
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)  # type: ignore[return-value]
+        resolved = OmegaConf.to_container(OmegaConf.create(data), resolve=True)
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
         raise ConfigError([Problem(key or "(interpolation)", composed.layer_of(key) if key else "config",
-                                   f"interpolation failed: {str(exc).splitlines()[0]}")]) from None
+                                   _interpolation_message(exc, _value_at(data, key)))]) from None
+    for i, kwargs in verbatim.items():
+        resolved["rewards"][i]["kwargs"] = kwargs  # type: ignore[index]
+    return resolved  # type: ignore[return-value]
+
+
+def _value_at(data: Any, key: str) -> Any:
+    """The raw value at an OmegaConf full key such as `rewards[0].name` (None when absent)."""
+    node = data
+    for part in re.findall(r"[^.\[\]]+", key):
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def _interpolation_message(exc: Exception, value: Any) -> str:
+    """What failed, and how to write the text literally when no config key was meant."""
+    first = str(exc).splitlines()[0]
+    text = f"interpolation failed: {first}. `${{a.b}}` in a config value refers to the config key a.b"
+    refs = re.findall(r"(?<!\\)\$\{[^}]*\}", value) if isinstance(value, str) else []
+    if refs:
+        escaped = ", ".join(f"`\\{r}`" for r in dict.fromkeys(refs))
+        text += f"; to keep {', '.join(f'`{r}`' for r in dict.fromkeys(refs))} as literal text write {escaped}"
+    else:
+        text += "; to keep `${...}` as literal text write `\\${...}`"
+    return text + " (rewards[].kwargs are never interpolated)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ["value_kind", "normalized"]
+__all__ = ["value_kind", "normalized", "as_text"]
 
 Kind = Literal["text", "chat", "empty"]
 
@@ -55,3 +55,13 @@ def normalized(value: Any) -> Any:
             for m in value
         )
     return repr(value)
+
+
+def as_text(value: Any) -> str:
+    """A prompt or completion as the plain text reward functions receive (chat messages: their
+    contents, one per line)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in value)
+    return str(value)

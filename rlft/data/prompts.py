@@ -16,10 +16,7 @@ from rlft.data.messages import value_kind
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["PROMPT_ID", "prepare_prompt_dataset"]
-
-#: Column rlft adds to a prompt dataset: the row of each prompt, for completions.jsonl (never passed to rewards).
-PROMPT_ID = "_rlft_prompt_id"
+__all__ = ["prepare_prompt_dataset"]
 
 
 def _check_prompts(values: list[Any], column: str, source: str) -> str:

@@ -6,20 +6,9 @@ import logging
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
+from rlft.models.weights import DTYPES, load_causal_lm, resolve_model_path, torch_dtype  # noqa: F401 - re-exported
 
 log = logging.getLogger("rlft")
-
-DTYPES = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-def resolve_model_path(cfg: RlftConfig) -> str:
-    """`tiny` is rlft's built-in model, built once into the cache; anything else passes through."""
-    if cfg.model.name_or_path == "tiny":
-        from rlft.tiny import ensure_tiny_model
-
-        return str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
-    return cfg.model.name_or_path
-
 
 class ModelLoadError(Exception):
     """The model or tokenizer cannot be loaded; the message is one line naming it and the fix."""
@@ -40,12 +29,32 @@ def _load_failure(name: str, exc: BaseException) -> ModelLoadError:
 
 
 def load_model_and_tokenizer(cfg: RlftConfig):
-    """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand)."""
-    path = resolve_model_path(cfg)
+    """The policy to train and its tokenizer (see `load_policy` and `load_policy_tokenizer`)."""
+    return load_policy(cfg), load_policy_tokenizer(cfg)
+
+
+def load_policy(cfg: RlftConfig):
+    """The model this stage starts training: `model.name_or_path` (`tiny` built on demand), or with
+    `model.init_from` the earlier run's weights (merged, or carrying its adapter for `continue`)."""
+    if cfg.model.init_from:
+        from rlft.models.init_from import load_initial_policy
+
+        return load_initial_policy(cfg)
     try:
-        tokenizer = load_tokenizer(path, cfg)  # the cheaper of the two fails first on a bad name
-        return load_causal_lm(path, cfg), tokenizer
+        return load_causal_lm(resolve_model_path(cfg), cfg)
     except (OSError, ValueError, KeyError) as exc:  # hub errors are OSError/ValueError subclasses
+        raise _load_failure(cfg.model.name_or_path, exc) from None
+
+
+def load_policy_tokenizer(cfg: RlftConfig):
+    """The tokenizer of the policy: the base model's, or the one an init_from run saved with its model."""
+    if cfg.model.init_from:
+        from rlft.config.init_from import run_root
+
+        return load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
+    try:  # the tokenizer loads first in every stage: a bad name fails here, in a second, as one line
+        return load_tokenizer(resolve_model_path(cfg), cfg)
+    except (OSError, ValueError, KeyError) as exc:
         raise _load_failure(cfg.model.name_or_path, exc) from None
 
 
@@ -58,27 +67,15 @@ def load_tokenizer(path: str, cfg: RlftConfig):
     return tok
 
 
-def _dtype(cfg: RlftConfig):
-    import torch
-
-    name = cfg.model.torch_dtype
-    if name == "auto":  # match the training precision so weights are not cast twice
-        if cfg.train.bf16:
-            return torch.bfloat16
-        return torch.float32
-    return getattr(torch, name)
-
-
-def load_causal_lm(path: str, cfg: RlftConfig):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(cfg), trust_remote_code=cfg.model.trust_remote_code)
-
-
 def lora_config(cfg: RlftConfig, model=None):
     """PEFT LoraConfig from `lora.*`; target modules absent from the model are dropped with a note."""
     if not cfg.lora.enabled:
         return None
+    if cfg.model.init_from:
+        from rlft.models.init_from import continues_adapter
+
+        if continues_adapter(cfg):
+            return None  # the policy already carries the earlier run's adapter, trainable
     from peft import LoraConfig
 
     targets = list(cfg.lora.target_modules)
@@ -95,8 +92,13 @@ def lora_config(cfg: RlftConfig, model=None):
 
 
 def load_reference(cfg: RlftConfig):
-    """An explicit reference checkpoint (full model or PEFT adapter folder), frozen; None for `base`."""
+    """An explicit reference checkpoint (full model or PEFT adapter folder), frozen; None when the policy
+    with its adapter disabled is the reference (`base`, or `init` after a merged init_from)."""
     ref = cfg.model.ref
+    if cfg.model.init_from and ref in ("init", "base"):
+        from rlft.models.init_from import load_init_reference
+
+        return load_init_reference(cfg)
     if ref in (None, "base", "none", ""):
         return None
     path = Path(ref)

@@ -108,6 +108,15 @@ def _sampler_learner_mismatch(r: dict, m) -> list[Firing]:
     return []
 
 
+def _awr_ess(r: dict, m) -> list[Firing]:
+    ess = r.get("ess")
+    if isinstance(ess, (int, float)) and ess < m.ess_warn:
+        return [Firing("awr_ess", "warning", "ess", ess, m.ess_warn,
+                       "AWR weights collapsed onto a few samples (low effective sample size): lower awr.advantage_beta "
+                       "or sample more per prompt")]
+    return []
+
+
 RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "loss_nan": _loss_nan,
     "grad_norm": _grad_norm,
@@ -115,6 +124,7 @@ RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "entropy_collapse": _entropy_collapse,
     "all_groups_constant": _all_groups_constant,
     "sampler_learner_mismatch": _sampler_learner_mismatch,
+    "awr_ess": _awr_ess,
 }
 
 
@@ -187,7 +197,10 @@ class HealthMonitor(TrainerCallback):
         model = trainer.accelerator.unwrap_model(trainer.model)
         good = [p for p in self.run.complete_checkpoints() if checkpoint_step(p) < (step or 0)]
         source = "the initial weights"
-        if good:
+        if good and hasattr(trainer, "load_weights_from"):  # a trainer with weights of its own (PPO's value head)
+            trainer.load_weights_from(good[-1])
+            source = good[-1].name
+        elif good:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 

@@ -14,6 +14,7 @@ from rlft.rewards.builtin import (
     numeric_match,
     regex_match,
 )
+from rlft.rewards.columns import required_columns, requires_columns
 from rlft.rewards.registry import (
     BUILTIN_REWARDS,
     RewardResolveError,
@@ -46,6 +47,8 @@ __all__ = [
     "length_penalty",
     "numeric_match",
     "regex_match",
+    "required_columns",
+    "requires_columns",
     "resolve_reward_fn",
     "reward_short_name",
 ]

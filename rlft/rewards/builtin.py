@@ -342,3 +342,10 @@ def char_fraction(
         chars = [ch for ch in completion_text(c) if not ch.isspace()]
         scores.append(sum(1 for ch in chars if ch == t) / len(chars) if chars else 0.0)
     return scores
+
+
+# Columns each built-in reads, given its configured kwargs (a configured option replaces the column).
+regex_match.required_columns = lambda kw: [] if kw.get("pattern") is not None else ["pattern"]  # type: ignore[attr-defined]
+exact_match.required_columns = lambda kw: [kw.get("column", "answer")]  # type: ignore[attr-defined]
+numeric_match.required_columns = lambda kw: [kw.get("column", "answer")]  # type: ignore[attr-defined]
+char_fraction.required_columns = lambda kw: [] if kw.get("char") is not None else [kw.get("column", "target")]  # type: ignore[attr-defined]

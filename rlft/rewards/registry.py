@@ -10,13 +10,19 @@ A spec is one of:
 
 Errors are :class:`RewardResolveError` with messages written for the person
 editing the YAML, because ``rlft validate-config`` shows them verbatim.
+
+:func:`check_reward_spec` (what ``validate-config`` uses) never imports or runs
+user code: it finds the file or module without importing it and reads its
+source with :mod:`ast`, so checking a config cannot have side effects.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -34,6 +40,7 @@ __all__ = [
     "RewardResolveError",
     "resolve_reward_fn",
     "check_reward_spec",
+    "module_search_dir",
     "reward_short_name",
     "reward_columns",
 ]
@@ -74,6 +81,14 @@ def _is_custom(spec: str) -> bool:
 def _looks_like_file(module_part: str) -> bool:
     """A module part naming a file rather than a dotted import path."""
     return module_part.endswith(".py") or "/" in module_part or os.sep in module_part
+
+
+def module_search_dir(spec: Any, config_dir: str | Path | None) -> Path | None:
+    """The ``base_dir`` to resolve ``spec`` with: the config file's folder for ``module:function``
+    specs; None for file paths, which the config loader already made relative to that file."""
+    if not isinstance(spec, str) or config_dir is None or not _is_custom(spec.strip()):
+        return None
+    return None if _looks_like_file(spec.strip().rpartition(":")[0]) else Path(config_dir)
 
 
 def _resolve_builtin(name: str) -> Callable[..., Any]:
@@ -148,7 +163,7 @@ def _load_file(module_part: str, spec: str, base_dir: str | Path | None) -> tupl
     try:
         with _extra_sys_path([path.parent, *dirs]):
             mod_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the run
         sys.modules.pop(mod_name, None)
         raise RewardResolveError(
             f"error while importing reward file {path} for {spec!r}: {_describe_exc(exc)}"
@@ -162,7 +177,7 @@ def _load_module(module_part: str, spec: str, base_dir: str | Path | None) -> tu
     try:
         with _extra_sys_path(_search_dirs(base_dir)):
             module = importlib.import_module(module_part)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the run
         raise RewardResolveError(
             f"could not import module {module_part!r} for reward {spec!r}: {_describe_exc(exc)}"
         ) from exc
@@ -209,7 +224,8 @@ def resolve_reward_fn(spec: str, base_dir: str | Path | None = None) -> Callable
     """Return the callable a reward spec names.
 
     ``base_dir`` is normally the folder of the config file, so configs can
-    refer to reward files next to them wherever the CLI is started from.
+    refer to reward files and modules next to them wherever the CLI is
+    started from; it is searched before the working directory.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise RewardResolveError(f"reward 'fn' must be a non-empty string, got {spec!r}")
@@ -220,22 +236,174 @@ def resolve_reward_fn(spec: str, base_dir: str | Path | None = None) -> Callable
 
 
 def check_reward_spec(spec: str, base_dir: str | Path | None = None) -> str | None:
-    """The error message for a bad spec, or None when it resolves.
+    """The error message for a bad spec, or None when it looks resolvable.
 
     Used by config validation, which collects problems instead of stopping
-    at the first one.
+    at the first one. User files and modules are located and parsed, never
+    imported: errors raised at import time show up when training starts.
     """
     try:
-        resolve_reward_fn(spec, base_dir)
+        if not isinstance(spec, str) or not spec.strip():
+            raise RewardResolveError(f"reward 'fn' must be a non-empty string, got {spec!r}")
+        spec = spec.strip()
+        if not _is_custom(spec):
+            _resolve_builtin(spec)
+            return None
+        module_part, _, attr_path = spec.rpartition(":")
+        module_part, attr_path = module_part.strip(), attr_path.strip()
+        if not module_part or not attr_path:
+            raise RewardResolveError(f"malformed reward spec {spec!r}; expected a built-in name or {_SPEC_FORMS}")
+        if _looks_like_file(module_part):
+            path = _find_file(module_part, spec, base_dir)
+            _check_source(path, attr_path, spec, f"file {path}")
+        else:
+            _check_module_static(module_part, attr_path, spec, base_dir)
     except RewardResolveError as exc:
         return str(exc)
     return None
 
 
+def _find_file(module_part: str, spec: str, base_dir: str | Path | None) -> Path:
+    """The reward file a spec names, searched as :func:`_load_file` does."""
+    raw = Path(module_part).expanduser()
+    candidates = [raw] if raw.is_absolute() else [d / raw for d in _search_dirs(base_dir)]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        looked = ", ".join(str(c) for c in candidates)
+        raise RewardResolveError(f"reward file not found for {spec!r}: {module_part} (looked in: {looked})")
+    return path.resolve()
+
+
+def _check_module_static(module_part: str, attr_path: str, spec: str, base_dir: str | Path | None) -> None:
+    """Locate a dotted module without importing it (or its packages) and check its source."""
+    loaded = sys.modules.get(module_part)
+    if loaded is not None:  # already imported (rlft itself, the standard library): no code runs to look
+        obj: Any = loaded
+        for part in attr_path.split("."):
+            if not hasattr(obj, part):
+                raise RewardResolveError(f"module {module_part!r} has no function {attr_path!r} (reward {spec!r})")
+            obj = getattr(obj, part)
+        if not callable(obj):
+            raise RewardResolveError(f"{attr_path!r} in module {module_part!r} is not callable "
+                                     f"(it is a {type(obj).__name__}); reward {spec!r}")
+        return
+    parts = module_part.split(".")
+    search = [str(d) for d in _search_dirs(base_dir)] + [p for p in sys.path if p]
+    found = None
+    for i, part in enumerate(parts):
+        if i == 0:
+            # a top-level lookup runs no module code; meta-path finders cover editable installs
+            found = importlib.machinery.PathFinder.find_spec(part, search)
+            if found is None:
+                with _extra_sys_path(_search_dirs(base_dir)):
+                    try:
+                        found = importlib.util.find_spec(part)
+                    except (ImportError, ValueError):
+                        found = None
+        else:
+            locations = list(found.submodule_search_locations or []) if found is not None else []
+            found = importlib.machinery.PathFinder.find_spec(part, locations) if locations else None
+        if found is None:
+            prefix = ".".join(parts[: i + 1])
+            raise RewardResolveError(
+                f"could not import module {module_part!r} for reward {spec!r}: no module named {prefix!r} "
+                f"(searched the config's folder, the working directory and the Python path)"
+            )
+    origin = getattr(found, "origin", None)
+    if origin and origin.endswith(".py") and Path(origin).is_file():
+        _check_source(Path(origin), attr_path, spec, f"module {module_part!r}")
+    # compiled or namespace modules: the function is checked when training imports it
+
+
+# literal values that can never be a reward function
+_NOT_CALLABLE = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp, ast.DictComp,
+                 ast.SetComp)
+
+
+def _top_level_names(tree: ast.Module) -> tuple[dict[str, list[ast.AST]], bool]:
+    """Every binding of each name at module level (descending into if/try/with blocks) and whether
+    the module binds names it cannot show (``from x import *`` or a module ``__getattr__``)."""
+    bound: dict[str, list[ast.AST]] = {}
+    opaque = False
+
+    class _Names(dict):
+        def __setitem__(self, key: str, value: ast.AST) -> None:
+            bound.setdefault(key, []).append(value)
+
+    names = _Names()
+
+    def visit(body: list[ast.stmt]) -> None:
+        nonlocal opaque
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names[node.name] = node
+                opaque = opaque or node.name == "__getattr__"
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for leaf in ast.walk(target):
+                        if isinstance(leaf, ast.Name):
+                            names[leaf.id] = node.value if isinstance(target, ast.Name) else node
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+                names[node.target.id] = node.value if node.value is not None else node
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        opaque = True
+                    else:
+                        names[alias.asname or alias.name.split(".")[0]] = node
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+            elif isinstance(node, (ast.With, ast.For, ast.While)):
+                visit(node.body)
+
+    visit(tree.body)
+    return bound, opaque
+
+
+def _check_source(path: Path, attr_path: str, spec: str, label: str) -> None:
+    """Parse a reward module's source and check that it defines the function (first name of a dotted path)."""
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise RewardResolveError(f"cannot read reward source {path} for {spec!r}: {exc}") from None
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise RewardResolveError(
+            f"syntax error in {path} line {exc.lineno} for reward {spec!r}: {exc.msg}"
+        ) from None
+    except ValueError as exc:  # e.g. null bytes
+        raise RewardResolveError(f"cannot parse {path} for reward {spec!r}: {exc}") from None
+    names, opaque = _top_level_names(tree)
+    head = attr_path.split(".")[0]
+    nodes = names.get(head)
+    if not nodes:
+        if opaque:
+            return
+        available = sorted(n for n, v in names.items() if not n.startswith("_")
+                           and any(isinstance(x, (ast.FunctionDef, ast.AsyncFunctionDef)) for x in v))
+        close = difflib.get_close_matches(head, available, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        shown = ", ".join(available[:20]) + (", ..." if len(available) > 20 else "")
+        listing = f" Functions defined there: {shown}." if available else ""
+        raise RewardResolveError(f"{label} has no function {attr_path!r} (reward {spec!r}).{hint}{listing}")
+    if "." not in attr_path and all(isinstance(node, _NOT_CALLABLE) for node in nodes):
+        node = nodes[-1]
+        kind = type(ast.literal_eval(node)).__name__ if isinstance(node, ast.Constant) else "literal value"
+        raise RewardResolveError(f"{attr_path!r} in {label} is not callable (it is a {kind}); reward {spec!r}")
+
+
 def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
-    """Dataset columns a reward reads, known before any data loads: `kwargs.column` / `kwargs.columns`,
-    and for a built-in its default `column` (unless a fixed value such as char_fraction's `char` replaces it)."""
-    import inspect
+    """Dataset columns a reward reads, known without importing user code: `kwargs.column` / `kwargs.columns`,
+    and for a built-in what it declares (`required_columns`, less the names its kwargs configure)."""
+    from rlft.rewards.columns import required_columns
 
     cols: list[str] = []
     if isinstance(kwargs.get("column"), str):
@@ -243,8 +411,9 @@ def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
     if isinstance(kwargs.get("columns"), (list, tuple)):
         cols += [c for c in kwargs["columns"] if isinstance(c, str)]
     fn = BUILTIN_REWARDS.get(spec)
-    if fn is not None and not cols:
-        param = inspect.signature(fn).parameters.get("column")
-        if param is not None and isinstance(param.default, str) and not (spec == "char_fraction" and kwargs.get("char")):
-            cols.append(param.default)
-    return cols
+    if fn is not None:
+        try:
+            cols += [c for c in required_columns(fn, kwargs) if c not in kwargs]
+        except TypeError:
+            pass  # a broken declaration is reported when training resolves the reward
+    return list(dict.fromkeys(cols))

@@ -5,6 +5,12 @@ unexpected completion should not kill hours of training, but silently
 scoring failures as 0 would teach the policy the wrong thing. So failures
 become *no score* (``None``), are counted and logged once per kind, and a
 guard stops the run when too many completions go unscored.
+
+Each call runs in a daemon worker thread (rlft's own, not a thread pool: a pool
+re-raises ``SystemExit``/``KeyboardInterrupt`` into the caller and cannot abandon a
+hung call), so reward code can neither end the run (``sys.exit``, a stray
+``KeyboardInterrupt``) nor hang it: past ``timeout_s`` or on Ctrl-C the batch gets no
+score and training goes on.
 """
 
 from __future__ import annotations
@@ -12,13 +18,17 @@ from __future__ import annotations
 import logging
 import math
 import statistics
+import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlft.rewards.registry import RewardResolveError, resolve_reward_fn, reward_short_name
+from rlft.rewards.capture import capture_output
+from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
 
 __all__ = [
     "SafeReward",
@@ -31,7 +41,17 @@ __all__ = [
 logger = logging.getLogger("rlft.rewards")
 
 # keys a reward entry in the config may carry
-_CFG_KEYS = {"fn", "weight", "kwargs", "name"}
+_CFG_KEYS = {"fn", "weight", "kwargs", "name", "timeout_s"}
+# dataset columns that identify a row rather than describe it (rlft adds `prompt_id` to prompt data):
+# never passed to reward functions
+ROW_ID_COLUMNS = ("prompt_id",)
+
+# seconds one call may run unless the config says otherwise
+DEFAULT_TIMEOUT_S = 30.0
+# how often a waiting call looks at the timeout and the interrupt flag
+_POLL_S = 0.05
+# after an interrupt, how long a running call may still finish (a quick reward keeps its scores)
+_ABORT_GRACE_S = 2.0
 
 
 class RewardFailureError(RuntimeError):
@@ -71,14 +91,22 @@ def _to_float(value: Any) -> tuple[float | None, str | None]:
     return number, None
 
 
+def _never() -> bool:
+    return False
+
+
 class SafeReward:
-    """A reward function that never raises into the trainer.
+    """A reward function that never raises into the trainer, ends the run or hangs it.
 
     ``__call__`` returns one ``float | None`` per completion: ``None`` marks
-    a completion the function could not score (it raised, returned the wrong
-    number of values, or a non-numeric/NaN/inf value). Configured ``kwargs``
-    are merged over the dataset columns, so a YAML option wins over a column
-    of the same name.
+    a completion the function could not score (it raised anything, even
+    ``SystemExit``/``KeyboardInterrupt``, ran past ``timeout_s``, was still running
+    when ``should_abort()`` turned true, returned the wrong number of values, or a
+    non-numeric/NaN/inf value). Configured ``kwargs`` are merged over the dataset
+    columns, so a YAML option wins over a column of the same name.
+
+    ``timeout_s=None`` calls the function in the calling thread, with no time limit
+    (for reward code that must run in the main thread, e.g. code using ``signal``).
     """
 
     def __init__(
@@ -87,11 +115,19 @@ class SafeReward:
         fn: Callable[..., Any],
         weight: float = 1.0,
         kwargs: Mapping[str, Any] | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.name = name
         self.fn = fn
         self.weight = float(weight)
         self.kwargs = dict(kwargs or {})
+        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+            raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        # polled while a call runs: true once the run is being interrupted
+        self.should_abort: Callable[[], bool] = _never
+        # worker threads abandoned past their timeout that had not returned at the last call
+        self._abandoned: list[threading.Thread] = []
         # TRL labels reward functions by __name__ in its logs
         self.__name__ = name
         # cumulative counters
@@ -102,18 +138,54 @@ class SafeReward:
         self._window = {"calls": 0, "completions": 0, "errors": 0}
         self.last_error: str | None = None
         self._logged_kinds: set[str] = set()
+        # since the last pop_log(): per call, its time, captured output and failure messages
+        self._log: list[dict[str, Any]] = []
+        self._call_errors: list[str] = []
+        self.spec: str | None = None  # the config's `fn`, when built from a config
+        self.base_dir: Path | None = None
+        self.capture = False  # True: route the function's prints and log records into the call's log
 
     def __repr__(self) -> str:
         return f"SafeReward(name={self.name!r}, weight={self.weight}, kwargs={self.kwargs!r})"
 
     def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        output: list[str] = []
+        self._call_errors = []
+        errors_before, started = self.errors, time.perf_counter()
+        try:
+            return self._score(prompts, completions, columns, output)
+        finally:
+            if self.capture:  # only a stage that writes reward_logs.jsonl reads (and pops) the log
+                extra = len(self._call_errors) - 5
+                self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
+                                  "unscored": self.errors - errors_before,
+                                  "messages": self._call_errors[:5] + ([f"... and {extra} more"] if extra > 0 else [])})
+
+    def pop_log(self) -> dict[str, Any] | None:
+        """Calls since the previous pop: count, mean ms per call, completions left unscored (`errors`),
+        captured output and failure messages (with tracebacks); None when there was no call."""
+        log, self._log = self._log, []
+        if not log:
+            return None
+        return {"calls": len(log), "ms": sum(c["ms"] for c in log) / len(log),
+                "errors": sum(c["unscored"] for c in log), "output": "".join(c["output"] for c in log),
+                "error": "\n".join(m for c in log for m in c["messages"])}
+
+    def _score(self, prompts: list[Any], completions: list[Any], columns: dict[str, Any],
+               output: list[str]) -> list[float | None]:
         n = len(completions)
         self._count("calls", 1)
         self._count("completions", n)
-        try:
-            raw = self.fn(prompts, completions, **{**columns, **self.kwargs})
-        except Exception as exc:
-            return self._fail_batch(n, _exception_kind(exc), f"raised {type(exc).__name__}: {exc}", exc)
+        outcome, raw = self._call(prompts, completions, {**columns, **self.kwargs}, output)
+        if outcome == "raised":
+            return self._fail_batch(n, _exception_kind(raw), f"raised {type(raw).__name__}: {raw}", raw)
+        if outcome == "timeout":
+            stuck = sum(t.is_alive() for t in self._abandoned)
+            return self._fail_batch(n, "timed out", f"did not return within timeout_s={self.timeout_s:g} s "
+                                    f"(the call is abandoned, {stuck} abandoned call(s) still running; raise "
+                                    f"rewards[].timeout_s if it is only slow)")
+        if outcome == "aborted":
+            return self._fail_batch(n, "interrupted", "was still running when the run was interrupted")
         values = _as_list(raw)
         if values is None:
             message = f"returned {type(raw).__name__}, expected a list of {n} floats"
@@ -127,6 +199,50 @@ class SafeReward:
                 self._fail(1, kind, f"returned {kind} {value!r} for completion {i} of {n}")
             scores.append(number)
         return scores
+
+    def _call(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
+              output: list[str]) -> tuple[str, Any]:
+        """("ok", value), ("raised", exception), ("timeout", None) or ("aborted", None); what the
+        function prints or logs goes to `output`."""
+        if self.timeout_s is None:
+            try:
+                with capture_output(output) if self.capture else nullcontext():
+                    return "ok", self.fn(prompts, completions, **kwargs)
+            except KeyboardInterrupt as exc:
+                if self.should_abort():  # the user's own second Ctrl-C, not the reward's
+                    raise
+                return "raised", exc
+            except BaseException as exc:  # noqa: BLE001 - sys.exit() in reward code must not end the run
+                return "raised", exc
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                with capture_output(output) if self.capture else nullcontext():
+                    box["value"] = self.fn(prompts, completions, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt become a failure
+                box["exc"] = exc
+            finally:
+                done.set()
+
+        self._abandoned = [t for t in self._abandoned if t.is_alive()]
+        worker = threading.Thread(target=work, name=f"rlft-reward-{self.name}", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + self.timeout_s
+        abort_at = None
+        while not done.wait(_POLL_S):
+            if abort_at is None and self.should_abort():
+                abort_at = time.monotonic() + _ABORT_GRACE_S
+            if abort_at is not None and time.monotonic() >= abort_at:
+                self._abandoned.append(worker)
+                return "aborted", None
+            if time.monotonic() >= deadline:
+                self._abandoned.append(worker)
+                return "timeout", None
+        if "exc" in box:
+            return "raised", box["exc"]
+        return "ok", box.get("value")
 
     def pop_counts(self) -> dict[str, int]:
         """Counters since the previous call (calls, completions, errors), then reset them."""
@@ -147,6 +263,8 @@ class SafeReward:
         """Record ``count`` unscored completions; log the first of each kind."""
         self._count("errors", count)
         self.last_error = message
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc is not None else ""
+        self._call_errors.append(f"{message}\n{detail}".rstrip())
         if kind in self._logged_kinds:
             return
         self._logged_kinds.add(kind)
@@ -205,6 +323,28 @@ class RewardSuite:
         self.unscored = 0
         self._window_scores: dict[str, list[float]] = {r.name: [] for r in self.rewards}
         self._window_totals: list[float] = []
+        self._should_abort: Callable[[], bool] = _never
+
+    def pop_logs(self) -> list[dict[str, Any]]:
+        """One row per reward function called since the last pop: `reward`, calls, ms (mean per call),
+        errors (completions unscored), output (what it printed or logged), error (messages, tracebacks)."""
+        rows = []
+        for r in self.rewards:
+            log = r.pop_log()
+            if log is not None:
+                rows.append({"reward": r.name, **log})
+        return rows
+
+    def capture_logs(self, on: bool) -> None:
+        for r in self.rewards:
+            r.capture = on
+
+    def abort_when(self, should_abort: Callable[[], bool]) -> None:
+        """Stop waiting for running reward calls once ``should_abort()`` is true (e.g. on Ctrl-C),
+        so an interrupted run checkpoints promptly; the guard does not count that batch against it."""
+        self._should_abort = should_abort
+        for r in self.rewards:
+            r.should_abort = should_abort
 
     @property
     def names(self) -> list[str]:
@@ -220,10 +360,14 @@ class RewardSuite:
         prompts: list[Any],
         completions: list[Any],
         columns: Mapping[str, list[Any]] | None = None,
+        count: bool = True,
     ) -> RewardScores:
-        """Score a batch; raises :class:`RewardFailureError` when the guard trips."""
+        """Score a batch; raises :class:`RewardFailureError` when the guard trips. With
+        ``count=False`` the batch is not counted toward the guard (the caller reports the
+        totals through :meth:`record`, e.g. once per gathered multi-process batch). Row-id
+        columns (``ROW_ID_COLUMNS``) are not passed to the functions."""
         n = len(completions)
-        columns = dict(columns or {})
+        columns = {k: v for k, v in (columns or {}).items() if k not in ROW_ID_COLUMNS}
         for key, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
@@ -239,9 +383,8 @@ class RewardSuite:
         for name, scores in per_fn.items():
             self._window_scores[name].extend(s for s in scores if s is not None)
         self._window_totals.extend(t for t in total if t is not None)
-        self.seen += n
-        self.unscored += sum(1 for t in total if t is None)
-        self._check_guard()
+        if count:
+            self.record(n, sum(1 for t in total if t is None))
         return RewardScores(per_fn=per_fn, total=total, valid=[t is not None for t in total])
 
     def metrics(self) -> dict[str, float]:
@@ -269,6 +412,8 @@ class RewardSuite:
 
     def _check_guard(self) -> None:
         """Raise once enough completions are seen and too many lack a score."""
+        if self._should_abort():  # an interrupted run stops with its own checkpoint and message
+            return
         if self.seen < self.min_completions or self.failure_fraction <= self.max_failure_fraction:
             return
         failing = [r for r in self.rewards if r.errors]
@@ -311,12 +456,15 @@ def build_reward_suite(
     base_dir: str | Path | None = None,
     max_failure_fraction: float = 0.5,
     min_completions: int = 32,
+    config_dir: str | Path | None = None,
 ) -> RewardSuite:
     """Build a :class:`RewardSuite` from the config's ``rewards:`` list.
 
-    Each entry has ``fn`` and optional ``weight`` (1.0), ``kwargs`` ({}) and
-    ``name`` (the function's short name). Repeated names get ``_2``, ``_3``
-    suffixes so two configurations of one built-in log separately.
+    Each entry has ``fn`` and optional ``weight`` (1.0), ``kwargs`` ({}),
+    ``timeout_s`` (30 s; null = no limit, called inline) and ``name`` (the function's
+    short name). Repeated names get ``_2``, ``_3`` suffixes so two configurations
+    of one built-in log separately. ``config_dir`` (the folder of the config file that
+    set ``rewards``) is searched first for ``module:function`` specs.
     """
     if not reward_cfgs:
         raise ValueError("no rewards configured: 'rewards' needs at least one entry with 'fn'")
@@ -331,7 +479,7 @@ def build_reward_suite(
                 raise ValueError(f"{where}: unknown keys {', '.join(unknown)} (allowed: {allowed})")
         spec = _cfg_get(cfg, "fn")
         try:
-            fn = resolve_reward_fn(spec, base_dir)
+            fn = resolve_reward_fn(spec, base_dir if base_dir is not None else module_search_dir(spec, config_dir))
         except RewardResolveError as exc:
             raise RewardResolveError(f"{where}: {exc}") from exc
         weight = _cfg_get(cfg, "weight", 1.0)
@@ -341,8 +489,16 @@ def build_reward_suite(
         kwargs = _cfg_get(cfg, "kwargs") or {}
         if not isinstance(kwargs, Mapping):
             raise ValueError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
+        timeout_s = _cfg_get(cfg, "timeout_s", DEFAULT_TIMEOUT_S)
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                      or not timeout_s > 0):
+            raise ValueError(f"{where}: timeout_s must be a positive number of seconds or null, got {timeout_s!r}")
         name = _cfg_get(cfg, "name") or reward_short_name(spec)
         name = _unique_name(str(name), taken)
         taken.add(name)
-        rewards.append(SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs)))
+        reward = SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s)
+        # how it was found, so a changed file can be resolved again (rlft.rewards.reload)
+        reward.spec = spec
+        reward.base_dir = base_dir if base_dir is not None else module_search_dir(spec, config_dir)
+        rewards.append(reward)
     return RewardSuite(rewards, max_failure_fraction=max_failure_fraction, min_completions=min_completions)

@@ -66,7 +66,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         ref = load_reference(cfg)  # None for `base`: TRL then uses the model with the adapter disabled
         ctx.open_run()
         args = dpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length, (chat_note, ctx.threads_note))
+        print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length, (chat_note,))
         trainer = RlftDPOTrainer(
             model=model,
             ref_model=ref,

@@ -6,10 +6,12 @@ Lifecycle, top to bottom: run folder -> model + tokenizer -> data -> rewards -> 
 
 from __future__ import annotations
 
+import sys
+
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.data.prompts import PROMPT_ID
 from rlft.run import RunError, RunOptions
+from rlft.stages.prompt_data import load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -59,56 +61,21 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     return build_trl_config(GRPOConfig, args, cfg, composed)
 
 
-def load_prompt_dataset(cfg: RlftConfig):
-    from datasets import Dataset
-
-    if cfg.data.train == "demo":
-        from rlft.demo import demo_prompts
-
-        ds = Dataset.from_list(demo_prompts())
-    else:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.train), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.train")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-    if cfg.data.max_samples:
-        ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
-    return ds.add_column(PROMPT_ID, list(range(len(ds))))
-
-
-def apply_chat_template_setting(cfg: RlftConfig, ds, tokenizer):
-    """(dataset, start-line phrase): plain-text prompts become user messages when the template applies,
-    so TRL renders them with the tokenizer's chat template."""
-    from rlft.data import DataError
-    from rlft.data.chat import decide, describe, prompt_messages
-
-    has = bool(getattr(tokenizer, "chat_template", None))
-    try:
-        on = decide(cfg.data.chat_template, has, cfg.model.name_or_path)
-    except DataError as exc:
-        raise RunError(str(exc)) from None
-    kind = "text" if isinstance(ds[0]["prompt"], str) else "chat"
-    if on and kind == "text":
-        ds = ds.map(lambda row: {"prompt": prompt_messages(row["prompt"])}, desc="Chat messages")
-    return ds, describe(cfg.data.chat_template, has, on, kind)
-
-
-TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids", PROMPT_ID}
+TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
 
 
 def trl_reward_funcs(suite):
-    """One TRL reward callable per rlft reward; failures become None (TRL's 'no score')."""
-    from rlft.trainers.grpo import _text
+    """One TRL reward callable per rlft reward (TRL takes their names and count); failures become None
+    (TRL's 'no score'). RlftGRPOTrainer scores through the suite itself (rlft.rollout.score_texts), so
+    these run only if TRL calls them directly."""
+    from rlft.data.messages import as_text
+    from rlft.trainers.grpo import NOT_REWARD_COLUMNS
 
     funcs = []
     for safe in suite.rewards:
         def fn(prompts, completions, _safe=safe, **kwargs):
-            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS}
-            return _safe([_text(p) for p in prompts], [_text(c) for c in completions], **columns)
+            columns = {k: v for k, v in kwargs.items() if k not in TRL_EXTRA_KWARGS and k not in NOT_REWARD_COLUMNS}
+            return _safe([as_text(p) for p in prompts], [as_text(c) for c in completions], **columns)
         fn.__name__ = safe.name
         funcs.append(fn)
     return funcs
@@ -116,38 +83,38 @@ def trl_reward_funcs(suite):
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import os
-    import sys
 
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
+    from rlft.rewards import RewardResolveError, build_reward_suite
+
+    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
+    try:
+        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    tokenizer = load_policy_tokenizer(cfg)
+    dataset = prepare_prompt_data(cfg, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import load_model_and_tokenizer, load_reference, lora_config
-        from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        dataset = load_prompt_dataset(cfg)  # data, rewards, model: all before the run folder exists
-        try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards],
-                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        dataset, chat_note = apply_chat_template_setting(cfg, dataset, tokenizer)
+        model = load_policy(cfg)
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
-        ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
-        ctx.open_run()
-        if ctx.rank == 0:
-            print(f"rlft: grpo on {len(dataset)} prompts x {g.group_size} completions; {chat_note}; "
-                  f"{ctx.threads_note}", file=sys.stderr)
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
                           remove_constant_reward_groups=g.remove_constant_reward_groups,
                           kl_penalty_mode=g.kl_penalty_mode, kl_penalty_coef=g.kl_penalty_coef,
                           kl_discount_factor=g.kl_discount_factor, adaptive_kl=g.adaptive_kl, target_kl=g.target_kl,
                           kl_horizon=g.kl_horizon, completions_path=str(ctx.run.completions),
-                          log_completions=cfg.monitor.log_completions)
+                          log_completions=cfg.monitor.log_completions,
+                          reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None,
+                          hot_reload=cfg.monitor.reward_hot_reload, overrides_path=str(ctx.run.root / "overrides.yaml"))
+        ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
         trainer = RlftGRPOTrainer(
             model=model,
             reward_funcs=trl_reward_funcs(suite),
@@ -160,4 +127,29 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        return ctx.train(trainer, tokenizer)
+        evaluation = grpo_evaluation(cfg, dataset, tokenizer, suite)
+        if evaluation is not None:
+            # on --resume the start was measured before the first checkpoint and travels in it
+            start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
+            trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model)
+        code = ctx.train(trainer, tokenizer)
+        if evaluation is not None and code == 0:
+            ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model))
+            print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
+                  f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh samples)", file=sys.stderr)
+        return code
+
+
+def grpo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
+    """`model -> {"reward_mean", ...}` on the evaluation prompts (group_size samples each, GRPO's sampling
+    settings, a fixed seed), or None when data.eval_prompts is 0."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, eval_prompt_set, evaluate
+
+    eval_set = eval_prompt_set(cfg, dataset)
+    if eval_set is None:
+        return None
+    g = cfg.grpo
+    params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_tokens,
+                            batch_size=g.batch_size * g.group_size,  # what one generation step of training holds
+                            seed=cfg.train.seed + EVAL_SEED_OFFSET)
+    return lambda model: evaluate(model, tokenizer, suite, *eval_set, g.group_size, params)

@@ -48,7 +48,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
         ctx.open_run()
         args = orpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length, (chat_note, ctx.threads_note))
+        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length, (chat_note,))
         trainer = RlftORPOTrainer(
             model=model,
             args=args,

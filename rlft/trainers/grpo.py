@@ -1,20 +1,22 @@
 """TRL's GRPOTrainer with rlft's group-advantage and KL-penalty hooks.
 
-TRL computes advantages inline in `_generate_and_score_completions`. We let it run, then replace
-`advantages` with rlft's own, computed by the pure functions in `rlft.algos` from the rewards of
-all processes (captured from `_calculate_rewards`, which returns them gathered), and slice this
-process's share back out. TRL's loss accepts per-token (B, T) advantages, which carries the KL
-penalty folded into the advantage.
+TRL generates; rlft scores and logs through its rollout layer: `_calculate_rewards` scores the
+completions with the shared scorer (`rlft.rollout.score_texts`, the safe reward suite) and gathers
+the scores over processes. TRL then computes advantages inline in `_generate_and_score_completions`;
+we let it run, then replace `advantages` with rlft's own, computed by the pure functions in
+`rlft.algos` from the gathered rewards, and slice this process's share back out. TRL's loss accepts
+per-token (B, T) advantages, which carries the KL penalty folded into the advantage. Completions go
+to completions.jsonl through the shared `rlft.rollout.CompletionLog`.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import logging
+
 from dataclasses import dataclass
-from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
 
@@ -22,7 +24,13 @@ from rlft.algos import (
     constant_group_mask, expand_group_mask, group_advantages, kl_penalty_advantages, kl_sample_train,
     make_kl_controller,
 )
-from rlft.data.prompts import PROMPT_ID
+from rlft.data.messages import as_text
+from rlft.rewards.safe import RewardSuite, SafeReward
+from rlft.rollout import CompletionLog, RewardLog, score_texts
+from rlft.rollout.score import ID_COLUMNS
+
+# dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
+NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
 
 
 @dataclass
@@ -39,22 +47,40 @@ class GRPOHooks:
     kl_horizon: int = 10000
     completions_path: str | None = None      # completions.jsonl, written by the main process
     log_completions: int = 4                  # per step; -1 = all
+    reward_logs_path: str | None = None       # reward_logs.jsonl (None = reward output not captured)
+    hot_reload: bool = False                  # reload changed reward files / overrides.yaml before each step
+    overrides_path: str | None = None         # <run>/overrides.yaml: `weights: {name: w}`
 
 
-def _text(x: Any) -> str:
-    """A prompt or completion as plain text (chat messages → their contents)."""
-    if isinstance(x, str):
-        return x
-    if isinstance(x, list):
-        return "\n".join(m.get("content", "") if isinstance(m, dict) else str(m) for m in x)
-    return str(x)
+def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
+    """A never-stopping suite over TRL-style plain reward callables (trainers built without rlft's suite);
+    None when a reward is a model or async, which only TRL's own scoring handles."""
+    import inspect
+
+    if any(isinstance(f, torch.nn.Module) or inspect.iscoroutinefunction(f) for f in funcs):
+        return None
+    return RewardSuite([SafeReward(n, f, float(w)) for f, n, w in zip(funcs, names, weights.tolist())],
+                       max_failure_fraction=1.0)
 
 
 class RlftGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, hooks: GRPOHooks, reward_suite=None, ref_model_for_kl=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.hooks = hooks
-        self.reward_suite = reward_suite
+        self.reward_suite = reward_suite if reward_suite is not None else \
+            _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
+        self.completion_log = CompletionLog(hooks.completions_path, hooks.log_completions)
+        self.reward_log = RewardLog(hooks.reward_logs_path)
+        if self.reward_suite is not None:
+            self.reward_suite.capture_logs(hooks.reward_logs_path is not None)
+        self.reloader = None
+        if hooks.hot_reload and self.reward_suite is not None:
+            from rlft.rewards.reload import RewardReloader
+
+            self.reloader = RewardReloader(self.reward_suite, hooks.overrides_path)
+        self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
+        self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
+        self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
@@ -66,14 +92,59 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._capture_train_logps = False
         self._train_logps = None
         self._current_inputs = None
-        self._prompt_ids_local: list = []
-        self._rendered_seen: set = set()
+
+    # --- state saved with each checkpoint ------------------------------------------------------
+    def rlft_state_dict(self) -> dict:
+        """The KL controller and the KL measured since its last update (the next update's input): without
+        it a resumed run skips one update and its coefficient stays one step behind."""
+        return {"kl_controller": self.kl_ctl.state_dict(), "last_kl": self._last_kl}
+
+    def load_rlft_state_dict(self, state: dict) -> None:
+        if "kl_controller" in state:
+            self.kl_ctl.load_state_dict(state["kl_controller"])
+        self._last_kl = state.get("last_kl", self._last_kl)
+        if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
+            self.beta = self.kl_ctl.value
+
+    def rlft_extra_state(self) -> dict:
+        return {"eval_start": self.eval_start}
+
+    def load_rlft_extra_state(self, state: dict) -> None:
+        self.eval_start = state.get("eval_start", self.eval_start)
 
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._rewards_per_func = rewards  # gathered over processes: (N_all, F), NaN = no score
+        """This process's completions scored by the shared scorer, gathered over processes: (N_all, F),
+        NaN = no score. The failure guard counts the gathered batch later, once, on every rank."""
+        if self.reward_suite is None:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        else:
+            columns = {k: [ex[k] for ex in inputs] for k in inputs[0] if k not in NOT_REWARD_COLUMNS}
+            if self.reloader is not None:
+                self.reloader.remember([as_text(p) for p in prompts], [as_text(c) for c in completions], columns)
+            scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
+            rewards = self.accelerator.gather(scores.per_reward_tensor(device=self.accelerator.device))
+        self._rewards_per_func = rewards
+        self._batch_log = None
+        if self.completion_log.enabled and self.model.training:
+            ids = [ex.get("prompt_id") for ex in inputs]
+            self._batch_log = (gather_object(ids), gather_object([as_text(p) for p in prompts]),
+                               gather_object([as_text(c) for c in completions]))
         return rewards
+
+    @property
+    def reward_version(self) -> int:
+        return self.reloader.version if self.reloader is not None else 1
+
+    def _reload_rewards(self) -> None:
+        """Changed reward files and overrides.yaml take effect from this step (all ranks check the same files)."""
+        before = self.reloader.version
+        for message in self.reloader.check():
+            if self.accelerator.is_main_process:
+                logging.getLogger("rlft").warning("hot reload: %s", message)
+        if self.reloader.version != before:  # TRL's logged `reward` and rlft's totals use the new weights
+            self.reward_weights = torch.tensor([r.weight for r in self.reward_suite.rewards], dtype=torch.float32,
+                                               device=self.reward_weights.device)
 
     # --- reference log-probs -----------------------------------------------------------------
     @torch.no_grad()
@@ -98,11 +169,13 @@ class RlftGRPOTrainer(GRPOTrainer):
             self.kl_ctl.update(self._last_kl, n)
             if self.hooks.kl_penalty_mode == "loss":
                 self.beta = self.kl_ctl.value
+        if mode == "train" and self.reloader is not None:
+            self._reload_rewards()
         out = super()._generate_and_score_completions(inputs)
         if mode != "train":
             return out
-        self._prompt_ids_local = [x.get(PROMPT_ID) for x in inputs]
         h, m = self.hooks, self._metrics[mode]
+        m["reward_version"].append(float(self.reward_version))
         device = out["completion_ids"].device
         n_local = out["completion_ids"].size(0)
         rpf = self._rewards_per_func.to(device)
@@ -115,9 +188,10 @@ class RlftGRPOTrainer(GRPOTrainer):
         m["frac_constant_groups"].append(const_P.float().mean().item())
         m["frac_unscored"].append((~valid).float().mean().item())
         if self.reward_suite is not None:
-            for r in self.reward_suite.rewards:
-                errs = torch.tensor(float(r.pop_counts()["errors"]), device=device)
-                m[f"rewards/{r.name}/errors"].append(self.accelerator.gather(errs).sum().item())
+            local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
+            for name in self.reward_suite.names:
+                errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
+                m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
             self.reward_suite.record(valid.numel(), (~valid).sum().item())  # may stop the run
 
         start = self.accelerator.process_index * n_local
@@ -157,19 +231,11 @@ class RlftGRPOTrainer(GRPOTrainer):
             out["advantages"] = adv_local
         m["kl_coef"].append(self.kl_ctl.value if h.kl_penalty_coef > 0 else 0.0)
         self._write_completions(out, rpf, total, adv)
+        if self.reward_suite is not None:
+            rows = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
+            if self.accelerator.is_main_process:
+                self.reward_log.write(self.state.global_step + 1, rows)
         return out
-
-    def _rendered_prompts(self, out) -> tuple[list, list[str]]:
-        """(prompt id, the prompt exactly as the model saw it) per completion, over all processes."""
-        from accelerate.utils import gather_object
-
-        ids_BT, mask_BT = out["prompt_ids"], out["prompt_mask"].bool()
-        texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
-                 for i in range(ids_BT.size(0))]
-        ids = list(getattr(self, "_prompt_ids_local", [None] * len(texts)))
-        if self.accelerator.num_processes > 1:
-            ids, texts = gather_object(ids), gather_object(texts)
-        return ids, texts
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
     def _compute_loss(self, model, inputs):
@@ -229,34 +295,37 @@ class RlftGRPOTrainer(GRPOTrainer):
 
     # --- completions.jsonl ---------------------------------------------------------------------
     def _write_completions(self, out, rpf, total, adv) -> None:
-        h = self.hooks
-        if not h.completions_path or h.log_completions == 0:
+        """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
+        if self._batch_log is None:
             return
-        n_all = total.numel()
-        prompts = [_text(p) for p in list(self._logs["prompt"])[-n_all:]]  # TRL keeps the gathered batch
-        completions = [_text(c) for c in list(self._logs["completion"])[-n_all:]]
-        prompt_ids, rendered = self._rendered_prompts(out)  # every process takes part in the gather
-        if not self.accelerator.is_main_process or len(completions) != n_all:
+        # sampled token counts (the report's lengths; decoded text re-tokenizes to other counts); every rank gathers
+        tokens = self.accelerator.gather(out["completion_mask"].sum(dim=1)).tolist()
+        rendered = self._rendered_prompts(out)  # every rank takes part in the gather
+        if not self.accelerator.is_main_process:
             return
-        # log_completions counts groups (prompts): each brings its group_size completions
-        n = len(completions) if h.log_completions < 0 else min(h.log_completions * h.group_size, len(completions))
-        step = self.state.global_step + 1
-        with open(h.completions_path, "a") as f:
-            for i in range(n):
-                pid = prompt_ids[i] if i < len(prompt_ids) else None
-                row = {"step": step, "group": i // h.group_size, "prompt_id": pid, "prompt": prompts[i],
-                       "completion": completions[i],
-                       "rewards": {name: _num(rpf[i, j].item()) for j, name in enumerate(self.reward_func_names)},
-                       "total": _num(total[i].item()), "advantage": round(adv[i].item(), 6)}
-                if pid not in self._rendered_seen and i < len(rendered):
-                    # what the model saw (chat template, special tokens), once per prompt id
-                    self._rendered_seen.add(pid)
-                    row["prompt_rendered"] = rendered[i]
-                f.write(json.dumps(row) + "\n")
+        ids, prompts, completions = self._batch_log
+        if len(completions) != total.numel():
+            return
+        # the prompt exactly as the model saw it (chat template, special tokens), once per prompt id
+        shown = [None] * len(completions)
+        for i, pid in enumerate(ids[:self.completion_log.rows_to_write(len(completions))]):
+            if pid not in self._rendered_seen and i < len(rendered):
+                self._rendered_seen.add(pid)
+                shown[i] = rendered[i]
+        rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
+        self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
+                                  advantages=adv.tolist(),
+                                  extra={"completion_tokens": [int(t) for t in tokens] if len(tokens) == len(completions)
+                                         else [None] * len(completions),
+                                         "reward_version": [self.reward_version] * len(completions),
+                                         "prompt_rendered": shown})
 
-
-def _num(x: float):
-    return None if math.isnan(x) else round(x, 6)
+    def _rendered_prompts(self, out) -> list[str]:
+        """The prompt of each completion decoded from the tokens the model got, over all processes."""
+        ids_BT, mask_BT = out["prompt_ids"], out["prompt_mask"].bool()
+        texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
+                 for i in range(ids_BT.size(0))]
+        return gather_object(texts) if self.accelerator.num_processes > 1 else texts
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:
