@@ -138,11 +138,11 @@ def test_plain_output_is_yaml_of_the_config(args):
 def test_plain_output_includes_trl_passthrough_and_rewards(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("trl:\n  load_best_model_at_end: true\nrewards:\n  - fn: exact_match\n    weight: 2\n"
-                 "    kwargs: {answer_column: answer}\ndata:\n  train: demo\n")
+                 "    kwargs: {column: target}\ndata:\n  train: demo\n  eval: demo\n")
     result = show("--stage", "grpo", "-c", f)
     data = yaml.safe_load(result.stdout)
     assert data["trl"] == {"load_best_model_at_end": True}
-    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None,
+    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"column": "target"}, "name": None,
                                "timeout_s": 30.0}]
 
 
