@@ -4,6 +4,7 @@ are imported only inside the commands that train or inspect the environment, so 
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -84,7 +85,11 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
+        from rlft.config.init_from import describe_reference
+
         typer.echo(schedule_summary(cfg))
+        typer.echo(f"# reference (model.ref={cfg.model.ref}): "
+                   f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
 
 @app.command("list")
@@ -162,11 +167,12 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         _err(f"error: {p}")
     if problems:
         raise typer.Exit(2)
-    from rlft.run import RunError, RunOptions, prepare_run_dir
+    from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
                       argv=sys.argv[1:])
     try:
+        check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):
             from rlft.launch import launch
 
@@ -189,7 +195,96 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        # a read-only folder (output, cache, data) is the user's to fix, not an rlft crash
+        _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
+             f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+        raise typer.Exit(2)
     raise typer.Exit(code or 0)
+
+
+pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
+                           no_args_is_help=True)
+app.add_typer(pipeline_app, name="pipeline")
+USES_REFERENCE = ("grpo", "ppo", "dpo")  # stages that measure KL or preferences against a frozen model
+PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
+PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<number or name>.KEY=VALUE for one.")
+PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
+
+
+def _load_pipeline(path: Path, overrides: Optional[List[str]], hw: str):
+    from rlft.pipeline.spec import check_pipeline, load_pipeline
+
+    try:
+        pipe = load_pipeline(path)
+        checked = check_pipeline(pipe, overrides or [], hw)
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        n = sum(p.level == "error" for p in exc.problems)
+        _err(f"pipeline invalid: {n} error{'s' if n != 1 else ''}")
+        raise typer.Exit(2)
+    for _, _, _, warnings in checked:
+        _print_problems(warnings)
+    return pipe, checked
+
+
+@pipeline_app.command("validate")
+def pipeline_validate(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES,
+                      hw: str = PIPE_HW) -> None:
+    """Check every stage of a pipeline without importing torch: each error names its stage, key, file and line."""
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    stages = " -> ".join(f"{e.stage}" for e, *_ in checked)
+    typer.echo(f"pipeline OK: {pipe.name}: {stages}; runs in {pipe.output_dir}/")
+
+
+@pipeline_app.command("show")
+def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW) -> None:
+    """Print each stage's resolved config with the layer of every key and what its reference is."""
+    from rlft.config.init_from import describe_reference
+    from rlft.config.render import render_yaml
+
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    for i, (entry, cfg, composed, _) in enumerate(checked):
+        typer.echo(f"# ---- {entry.label}: {entry.stage}, hw {entry.hw or hw}, run folder {pipe.stage_dir(entry)}")
+        if entry.stage not in USES_REFERENCE:
+            typer.echo(f"# reference: none ({entry.stage} uses no reference model)"
+                       + (f"; starts from {checked[i - 1][0].label}" if i and not entry.sets_init_from else ""))
+        elif i and not cfg.model.init_from and not entry.sets_init_from:
+            prev = checked[i - 1][0]
+            typer.echo(f"# starts from {prev.label} ({pipe.stage_dir(prev)}), set when that stage has finished; "
+                       f"reference: {describe_reference('init', pipe.stage_dir(prev), cfg.model.init_mode)}"
+                       if not composed.set_by_user("model.ref") else
+                       f"# starts from {prev.label} ({pipe.stage_dir(prev)}); reference: model.ref={cfg.model.ref}")
+        else:
+            typer.echo(f"# reference: {describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
+        typer.echo(render_yaml(cfg, composed), nl=False)
+
+
+@pipeline_app.command("run")
+def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW,
+                 resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
+    """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
+    pipe, checked = _load_pipeline(path, overrides, hw)
+    for entry, cfg, _, _ in checked:
+        if cfg.hw.num_processes > 1:
+            _err(f"{entry.label}: pipelines run each stage in one process in this version; use a single-process "
+                 f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
+            raise typer.Exit(2)
+    from rlft.pipeline.runner import run_pipeline
+    from rlft.run import RunError
+
+    try:
+        code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        raise typer.Exit(2)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    raise typer.Exit(code)
 
 
 def _replace_hw(argv: list[str], hw: str) -> list[str]:

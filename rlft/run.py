@@ -195,6 +195,29 @@ def default_output_dir(stage: str) -> str:
     return f"runs/{stage}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def check_writable(folder: Path, what: str = "run folder", key: str = "train.output_dir") -> None:
+    """RunError (one line, exit 2) unless `folder` exists and can be written, or can be created.
+
+    Probed by writing a file: permission bits say nothing about read-only mounts or root."""
+    import tempfile
+
+    folder = Path(folder)
+    probe_in = folder
+    while not probe_in.exists():
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if probe_in.exists() and not probe_in.is_dir():
+        raise RunError(f"cannot create {what} {folder}: {probe_in} is a file, not a folder; set {key} elsewhere")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".rlft-write-test-", dir=probe_in)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise RunError(f"cannot write the {what} {folder}: {probe_in} is not writable ({exc.strerror or exc}); "
+                       f"set {key} to a folder you can write to") from None
+
+
 def aside_path(root: Path) -> Path:
     return root.with_name(root.name + ".old")
 
@@ -208,6 +231,7 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
+    check_writable(run.root)
     if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked, created and locked it
         run.root.mkdir(parents=True, exist_ok=True)
         run.checkpoints.mkdir(exist_ok=True)

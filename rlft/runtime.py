@@ -172,8 +172,9 @@ class _Interrupt:
 class RunContext:
     """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, own_resume: bool = False):
         self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.own_resume = own_resume  # the stage picks its checkpoints itself (e.g. one folder per round)
         self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = _Interrupt()
@@ -192,7 +193,10 @@ class RunContext:
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
         try:
             if self.opts.resume:
-                self.resume_from = self._resolve_resume()
+                if self.own_resume:
+                    self._check_resume_config()
+                else:
+                    self.resume_from = self._resolve_resume()
         except BaseException:
             self.run.release()
             raise
@@ -214,8 +218,11 @@ class RunContext:
         run = getattr(self, "run", None)
         if run is not None:
             if self.rank == 0:
-                self.write_summary(None if exc_type is not None else self.exit_code,
-                                   error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+                if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                    self.write_summary(exc.exit_code, error=str(exc))
+                else:
+                    self.write_summary(None if exc_type is not None else self.exit_code,
+                                       error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
             if run.replaced is not None and self.rank == 0:
                 print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
                       f"checkpoint); move it back or delete it", file=sys.stderr)
@@ -240,7 +247,7 @@ class RunContext:
         except OSError as e:
             print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
 
-    def _check_config(self) -> None:
+    def _check_resume_config(self) -> None:
         """Resume with the config the run started with: list every changed key; refuse shape-changing ones,
         and the rest unless --allow-config-change (then they are applied)."""
         old = saved_config(self.run.root)
@@ -260,8 +267,18 @@ class RunContext:
             print(f"rlft: resuming with a changed config (--allow-config-change):{listed}", file=sys.stderr)
         self.config_changes = {k: (a, b) for k, a, b in changes}
 
+    def newest_checkpoint(self, folder: Path) -> Path | None:
+        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
+        good = sorted((p for p in Path(folder).glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+                      key=checkpoint_step) if Path(folder).is_dir() else []
+        if not good:
+            return None
+        state_file = good[-1] / RLFT_STATE
+        self.extra_state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+        return good[-1]
+
     def _resolve_resume(self) -> Path | None:
-        self._check_config()
+        self._check_resume_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
@@ -281,6 +298,8 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
+        if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
+            target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
         if target > 0 and step >= target and not self.run.final.is_dir():
             # killed during the final save (final/ appears only by a rename once complete): do it again
             print(f"rlft: {self.run.root} reached step {step} but its final model was not saved completely; "
@@ -333,6 +352,8 @@ class RunContext:
         kl_ctl = getattr(trainer, "kl_ctl", None)
         if kl_ctl is not None:
             state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
+            state["trainer"] = trainer.rlft_extra_state()
         return state
 
     def load_rlft_state(self, trainer) -> None:
@@ -340,11 +361,13 @@ class RunContext:
             return
         if hasattr(trainer, "load_rlft_state_dict"):
             trainer.load_rlft_state_dict(self.extra_state)
-            self._apply_kl_changes(trainer)
-            return
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None and "kl_controller" in self.extra_state:
-            kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+        else:
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None and "kl_controller" in self.extra_state:
+                kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+            if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
+                trainer.load_rlft_extra_state(self.extra_state["trainer"])
+        self._apply_kl_changes(trainer)
 
     def _apply_kl_changes(self, trainer) -> None:
         """--allow-config-change: a changed KL setting wins over the controller state in the checkpoint."""
@@ -357,12 +380,13 @@ class RunContext:
                 setattr(kl_ctl, attr, float(self.config_changes[f"{section}.{key}"][1]))
 
     # -- training ------------------------------------------------------------------------------
-    def train(self, trainer, tokenizer) -> int:
-        self.exit_code = self._train(trainer, tokenizer)
+    def train(self, trainer, tokenizer, *, final: bool = True) -> int:
+        """Train to the end; `final=False` (an intermediate round) leaves final/ unwritten."""
+        self.exit_code = self._train(trainer, tokenizer, final)
         self.steps = trainer.state.global_step
         return self.exit_code
 
-    def _train(self, trainer, tokenizer) -> int:
+    def _train(self, trainer, tokenizer, final: bool = True) -> int:
         from rlft.monitor.health import RunStopped
         from rlft.rewards import RewardFailureError
 
@@ -406,11 +430,12 @@ class RunContext:
             self.console.close()
         if self.interrupt.signal is not None:
             step = trainer.state.global_step
-            print(f"rlft: interrupted at step {step}; checkpoint written to {self.run.checkpoints}. "
+            print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
                   f"Resume with: {self.resume_command}", file=sys.stderr)
             return 128 + int(self.interrupt.signal)
         self.check_ranks_in_sync(trainer)
-        self.save_final(trainer, tokenizer)
+        if final:
+            self.save_final(trainer, tokenizer)
         return 0
 
     def check_ranks_in_sync(self, trainer) -> None:
@@ -439,7 +464,7 @@ class RunContext:
         """Write rlft's state and the completion marker last: resume only trusts marked checkpoints."""
         if not trainer.args.should_save:
             return
-        path = self.run.checkpoints / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
         if path.is_dir():
             (path / RLFT_STATE).write_text(json.dumps(self.rlft_state(trainer)))
             (path / COMPLETE_MARKER).write_text("ok\n")

@@ -30,7 +30,7 @@ def parse_explain(text: str) -> dict[str, tuple[object, str]]:
     out: dict[str, tuple[object, str]] = {}
     stack: list[str] = []
     for line in text.splitlines():
-        if line.startswith("# schedule"):
+        if line.startswith(("# schedule", "# reference", "# grpo layout")):
             continue
         m = EXPLAIN_LEAF.match(line) or SECTION.match(line)
         assert m, f"unexpected line: {line!r}"
@@ -123,7 +123,8 @@ def test_plain_output_includes_trl_passthrough_and_rewards(tmp_path):
     result = show("--stage", "grpo", "-c", f)
     data = yaml.safe_load(result.stdout)
     assert data["trl"] == {"load_best_model_at_end": True}
-    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None}]
+    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None,
+                               "timeout_s": 30.0}]
 
 
 def test_warnings_go_to_stderr_not_into_the_yaml():

@@ -64,3 +64,19 @@ def test_missing_reward_columns_are_refused_before_the_run_folder(tmp_path):
 def test_max_seq_length_must_leave_room_for_the_prompt():
     res = run_cli("validate-config", "--stage", "grpo", "-c", DEMO, "train.max_seq_length=16")
     assert res.returncode == 2 and "leaves no room for the prompt" in res.stderr
+
+
+@pytest.mark.parametrize("stage", ["rs_sft", "awr", "ppo"])
+def test_other_sampling_stages_check_prompt_length_and_reward_columns_first(tmp_path, stage):
+    rows = [{"prompt": "Repeat the letter z:", "target": "z"}, {"prompt": "y " * 500, "target": "y"}]
+    data = _data(tmp_path, rows)
+    out = tmp_path / "run"
+    common = ["train", "--stage", stage, "--hw", "cpu", "model.name_or_path=tiny", f"data.train={data}",
+              f"train.output_dir={out}", "rewards=[{fn: char_fraction}]", f"{stage}.max_tokens=16",
+              "train.max_seq_length=64"]
+    res = run_cli(*common, "data.too_long=error")
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert f"minus {stage}.max_tokens 16" in res.stderr and "row 1" in res.stderr and not out.exists()
+    res = run_cli(*common[:-3], "rewards=[{fn: exact_match}]", f"{stage}.max_tokens=16")
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "reward 'exact_match' reads column 'answer'" in res.stderr and not out.exists()

@@ -76,3 +76,14 @@ def test_timeout_from_config_and_its_checks():
     assert [r.timeout_s for r in suite.rewards] == [30.0, 2.0, None]
     with pytest.raises(ValueError, match="timeout_s"):
         build_reward_suite([{"fn": "char_fraction", "timeout_s": 0}])
+
+
+def test_reward_module_exiting_at_import_is_a_resolve_error(tmp_path):
+    from rlft.rewards import RewardResolveError, resolve_reward_fn
+
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\ndef f(p, c): pass\n")
+    with pytest.raises(RewardResolveError, match="SystemExit"):
+        resolve_reward_fn(f"{tmp_path / 'exits.py'}:f")
+    (tmp_path / "rlft_exits_mod.py").write_text("import sys\nsys.exit(0)\ndef f(p, c): pass\n")
+    with pytest.raises(RewardResolveError, match="SystemExit"):
+        resolve_reward_fn("rlft_exits_mod:f", base_dir=tmp_path)

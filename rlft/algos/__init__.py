@@ -1,4 +1,4 @@
-"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control."""
+"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule."""
 
 from rlft.algos.advantages import (
     BASELINE_MODES,
@@ -8,11 +8,23 @@ from rlft.algos.advantages import (
     group_advantages,
     register_baseline,
 )
+from rlft.algos.awr import (
+    AWR_BASELINES,
+    awr_advantages,
+    awr_metrics,
+    awr_weights,
+    effective_sample_size,
+    fraction_clipped,
+    normalize_advantages,
+    weighted_nll,
+)
 from rlft.algos.kl import (
     discounted_future_sum,
     entropy_from_logp,
+    KL_PENALTIES,
     k3_kl,
     kl_penalty_advantages,
+    kl_penalty_per_token,
     kl_sample_train,
     masked_mean,
 )
@@ -22,9 +34,44 @@ from rlft.algos.kl_control import (
     adaptive_kl_update,
     make_kl_controller,
 )
+from rlft.algos.rejection import KEEP_RULES, keep_mask
+from rlft.algos.ppo import (
+    clipped_surrogate,
+    clipped_value_loss,
+    entropy_from_logits,
+    explained_variance,
+    gae,
+    last_token_index,
+    masked_var,
+    masked_whiten,
+    ppo_loss,
+    shape_rewards,
+)
 
 __all__ = [
+    "AWR_BASELINES",
+    "KEEP_RULES",
+    "awr_advantages",
+    "awr_metrics",
+    "awr_weights",
+    "effective_sample_size",
+    "fraction_clipped",
+    "keep_mask",
+    "normalize_advantages",
+    "weighted_nll",
     "BASELINE_MODES",
+    "KL_PENALTIES",
+    "clipped_surrogate",
+    "clipped_value_loss",
+    "entropy_from_logits",
+    "explained_variance",
+    "gae",
+    "kl_penalty_per_token",
+    "last_token_index",
+    "masked_var",
+    "masked_whiten",
+    "ppo_loss",
+    "shape_rewards",
     "AdaptiveKLController",
     "FixedKLController",
     "adaptive_kl_update",

@@ -87,3 +87,28 @@ def k3_kl(logp_policy: Tensor, logp_ref: Tensor) -> Tensor:
     """
     log_ratio = (logp_ref - logp_policy).clamp(-20.0, 20.0)
     return torch.exp(log_ratio) - log_ratio - 1
+
+
+KL_PENALTIES = ("kl", "abs", "mse", "full")
+
+
+def kl_penalty_per_token(logp_BT: Tensor, logp_ref_BT: Tensor, kind: str = "kl",
+                         logp_BTV: Tensor | None = None, logp_ref_BTV: Tensor | None = None) -> Tensor:
+    """Per-token KL(policy || ref) estimate for PPO's reward shaping, in nats per token.
+
+    ``kl`` = log-ratio d = logp - logp_ref (k1, unbiased, can be negative), ``abs`` = |d|,
+    ``mse`` = d^2 / 2, ``full`` = exact sum_v p(v) (log p(v) - log p_ref(v)) over the vocabulary,
+    which needs the full log-probabilities ``logp_BTV`` / ``logp_ref_BTV``.
+    """
+    d_BT = logp_BT - logp_ref_BT
+    if kind == "kl":
+        return d_BT
+    if kind == "abs":
+        return d_BT.abs()
+    if kind == "mse":
+        return 0.5 * d_BT**2
+    if kind == "full":
+        if logp_BTV is None or logp_ref_BTV is None:
+            raise ValueError("kl_penalty 'full' needs the full-vocabulary log-probabilities of policy and reference")
+        return (logp_BTV.exp() * (logp_BTV - logp_ref_BTV)).sum(dim=-1)
+    raise ValueError(f"unknown kl_penalty {kind!r}; allowed: {', '.join(KL_PENALTIES)}")

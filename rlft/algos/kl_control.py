@@ -5,6 +5,10 @@ The adaptive controller nudges the KL coefficient so the measured KL tracks a
 target: too much drift from the reference raises the penalty, too little
 lowers it. The per-update change is clipped so one noisy KL estimate cannot
 swing the coefficient.
+
+Unit: rlft measures ``current_kl`` as the mean over the batch's action tokens of the per-token
+KL estimate (nats per token), in PPO and GRPO alike; ``target_kl`` is in the same unit (0.1 per
+token is the staged guide's value; old TRL's target of 6 was a per-sequence sum).
 """
 
 from __future__ import annotations

@@ -244,6 +244,11 @@ class Composed:
     layers: list[Layer]
     stage: str
     hw: str
+    profile_layers: int = 3  # base, stage and hardware profiles come first; later layers are the user's
+
+    def set_by_user(self, path: str) -> bool:
+        """Whether a layer after rlft's own profiles set `path` (a user file, pipeline entry or override)."""
+        return any(path in layer.flat for layer in self.layers[self.profile_layers:])
 
     def layer_of(self, path: str) -> str:
         """The layer (with line) that last set `path`, or 'default' when no layer set it.
@@ -297,8 +302,13 @@ def _choose(kind: str, value: str, valid: tuple[str, ...]) -> Problem | None:
     return Problem(f"--{kind}", CLI_LAYER, f"unknown {kind} `{value}`{hint or '.'} Valid: {', '.join(valid)}")
 
 
-def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> Composed:
-    """Load and merge all layers. Raises ConfigError listing every problem found while loading."""
+def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
+            before_files: Iterable[Layer] = (), after_files: Iterable[Layer] = (),
+            last: Iterable[Layer] = ()) -> Composed:
+    """Load and merge all layers. Raises ConfigError listing every problem found while loading.
+
+    Order: base < stage profile < hardware profile < `before_files` < each file < `after_files` <
+    overrides < `last` (the extra layers are in-memory ones, e.g. a pipeline's defaults and entries)."""
     problems = [p for p in (_choose("stage", stage, STAGES), _choose("hw", hw, HARDWARE)) if p]
     if problems:
         raise ConfigError(problems)
@@ -314,10 +324,14 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
         layer.profile = i < 3  # base, stage and hardware profiles come first
         anchor_paths(layer.data, Path(path).resolve().parent)
         layers.append(layer)
+        if len(layers) == 3:  # after the three profiles
+            layers.extend(before_files)
+    layers.extend(after_files)
     try:
         layers.append(parse_overrides(overrides))
     except ConfigError as exc:
         problems.extend(exc.problems)
+    layers.extend(last)
     if problems:
         raise ConfigError(problems)
     merged: dict = {}

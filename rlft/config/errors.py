@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -11,9 +11,14 @@ class Problem:
     layer: str    # the file (with line) or "command line" that set it
     message: str  # what is wrong and what is allowed
     level: str = "error"  # "error" or "warning"
+    stage: str | None = None  # in a pipeline: which stage ("stage 2 (rs_sft)")
 
     def __str__(self) -> str:
-        return f"{self.level}: {self.key} ({self.layer}): {self.message}"
+        where = f"{self.stage}: " if self.stage else ""
+        return f"{where}{self.level}: {self.key} ({self.layer}): {self.message}"
+
+    def for_stage(self, label: str) -> "Problem":
+        return replace(self, stage=label)
 
 
 class ConfigError(Exception):

@@ -32,7 +32,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 @dataclass
 class ModelConfig:
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
-    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the base model (adapter disabled with LoRA), a checkpoint path, or null = none.")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled with LoRA), `init` = the model this stage starts from (with model.init_from; the default there), a checkpoint path, or null = none.")
+    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, adapter and tokenizer are loaded; model.name_or_path defaults to that run's base.")
+    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a fresh LoRA; `continue` = keep training the same adapter.", choices=["merge", "continue"])
+    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a chain of runs can be traced back.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
     tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
@@ -58,7 +61,9 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = F(1e-5, "Peak learning rate.", gt=0, le=1)
+    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e (Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x train.rl_lr_factor.", gt=0, le=1)
+    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides say 0.5-1.0).", gt=0, le=10)
+    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
@@ -94,6 +99,7 @@ class DataConfig:
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
     too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
+    eval_prompts: int = F(16, "Sampling stages (PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -123,42 +129,55 @@ class ORPOConfig:
 
 @dataclass
 class RSSFTConfig:
-    num_samples_per_prompt: int = F(4, "Completions sampled per prompt; the best are kept.", ge=1, le=256)
-    reward_threshold: float = F(0.6, "Keep samples whose total reward is above this.")
+    num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=["best", "above_threshold"])
+    reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
+    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
+    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
-    max_samples: int = F(20000, "Cap on the filtered dataset size.", ge=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
 class AWRConfig:
-    advantage_beta: float = F(5.0, "Temperature of exp(advantage / beta) weights (1-10).", gt=0, le=100)
-    normalize_advantage: bool = F(True, "Normalise advantages before weighting.")
-    clip_advantage: float = F(10.0, "Maximum advantage weight.", gt=0)
-    num_samples_per_prompt: int = F(8, "Completions sampled per prompt.", ge=1, le=256)
+    advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / tau).", gt=0, le=100)
+    normalize_advantage: bool = F(True, "Normalise advantages to mean 0, std 1 over the whole sampled set before weighting.")
+    clip_advantage: float = F(10.0, "Maximum weight of one sample (weights above are clipped to it).", gt=0)
+    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=["group_mean", "global_mean"])
+    num_samples_per_prompt: int = F(8, "Completions sampled per prompt of data.train.", ge=1, le=256)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    rounds: int = F(1, "Sample -> weight -> train rounds, each sampling from the policy the previous round trained.", ge=1, le=100)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
 
 
 @dataclass
 class PPOConfig:
-    batch_size: int = F(16, "Episodes per PPO update.", ge=1)
-    mini_batch_size: int = F(4, "Episodes per gradient update; must divide batch_size.", ge=1)
-    ppo_epochs: int = F(4, "Passes over each batch (4-8).", ge=1, le=64)
-    clip_range: float = F(0.2, "PPO clip epsilon (0.1-0.3).", gt=0, lt=1)
+    batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
+    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
+    ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
+    clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
+    cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
-    ent_coef: float = F(0.01, "Entropy bonus (0.001-0.1).", ge=0, le=1)
-    kl_penalty: str = F("kl", "KL estimator in the reward.", choices=["kl", "abs", "mse", "full"])
-    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1).", ge=0)
-    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
-    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl.")
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller (Ziegler et al. 2019).", ge=1)
-    max_episode_length: int = F(20, "Max tool calls per episode.", ge=1)
-    gamma: float = F(0.99, "Discount factor.", ge=0, le=1)
-    lam: float = F(0.95, "GAE lambda.", ge=0, le=1)
-    num_episodes: int = F(50000, "Total episodes (10K-50K).", ge=1)
-    temperature: float = F(1.0, "Sampling temperature.", gt=0, le=5)
+    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
+    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=["kl", "abs", "mse", "full"])
+    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
+    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
+    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
+    max_episode_length: int = F(20, "Max tool calls per episode (multi-turn episodes).", ge=1)
+    gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
+    lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
+    num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
+    log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
+    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
+    save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
+    temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
 
 
@@ -174,8 +193,8 @@ class GRPOConfig:
     kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])
     kl_discount_factor: float = F(0.0, "Discount of the KL penalty summed over later tokens (0 = none).", ge=0, le=1)
     adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
-    target_kl: float = F(0.1, "Target KL for the adaptive controller.", gt=0)
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller.", ge=1)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (as ppo.target_kl).", gt=0)
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in completions.", ge=1)
     loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=["importance_sampling", "ppo"])
     clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
     temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
@@ -214,6 +233,7 @@ class MonitorConfig:
     kl_critical: float = F(0.3, "KL to the reference above this is critical.", gt=0)
     entropy_critical: float = F(1.0, "Policy entropy below this is critical (PPO/GRPO).", ge=0)
     kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
+    ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights collapsed onto a few samples.", ge=0, le=1)
     on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
     on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
     on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)

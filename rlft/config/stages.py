@@ -85,11 +85,10 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         console=("loss", "rewards/accuracies", "log_odds_ratio"),
         experimental=True,  # wraps trl.experimental
     ),
-    # Not built yet: their specs keep `validate-config` and `rlft list` working; metric names are the
-    # ones the issue asks for and may be refined by the stage that builds them.
     StageSpec(
-        name="rs_sft", section="rs_sft", runner=None,
+        name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft:run",
         trl_config="trl.trainer.sft_config:SFTConfig",
+        trl_modeled=(("max_length", "train.max_seq_length"),),
         samples=True,
         metrics=("round", "sampled_reward_mean", "sampled_reward_std", "kept_fraction", "kept_count", "loss",
                  *_TRAIN_METRICS),
@@ -97,22 +96,27 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
     ),
     StageSpec(
-        name="awr", section="awr", runner=None,
+        name="awr", section="awr", runner="rlft.stages.awr:run",
         trl_config="trl.trainer.sft_config:SFTConfig",
+        trl_modeled=(("max_length", "train.max_seq_length"),),
         samples=True,
-        metrics=("loss", "weight_mean", "weight_max", "frac_clipped", "ess", "advantage_mean", "advantage_std",
-                 *_TRAIN_METRICS),
-        console=("loss", "weight_mean", "ess"),
-        resume_breaking=("awr.num_samples_per_prompt",),
+        metrics=("round", "sampled_reward_mean", "sampled_reward_std", "loss", "weight_mean", "weight_max",
+                 "frac_clipped", "ess", "advantage_mean", "advantage_std", *_TRAIN_METRICS),
+        console=("round", "sampled_reward_mean", "ess", "loss"),
+        health_rules=(*BASE_HEALTH, "awr_ess"),
+        resume_breaking=("awr.num_samples_per_prompt", "awr.rounds"),
     ),
+    # Not built yet: its spec keeps `validate-config` and `rlft list` working.
     StageSpec(
-        name="ppo", section="ppo", runner=None,
+        name="ppo", section="ppo", runner="rlft.stages.ppo:run",  # rlft's own trainer (TRL 1.x has none)
+        data_columns=("data.prompt_column",),
         samples=True,
-        metrics=("reward", "reward_std", "kl_policy_ref", "kl_coef", "entropy", "value_loss", "policy_loss",
-                 "clip_frac", *_TRAIN_METRICS),
-        console=("reward", "kl_policy_ref", "entropy", "value_loss"),
-        health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "sampler_learner_mismatch"),
-        resume_breaking=("ppo.batch_size", "ppo.mini_batch_size"),
+        metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+                 "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
+                 "completion_length", "episodes", *_TRAIN_METRICS),
+        console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
+        health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
+        resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     ),
 )}
 

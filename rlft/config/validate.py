@@ -13,6 +13,8 @@ from typing import Any
 
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
+from rlft.config.init_from import resolve_init_from
+from rlft.config.lr import resolve_learning_rate
 from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
 from rlft.config.stages import SPECS as STAGE_SPECS
 from rlft.config.stages import STAGE_SECTIONS
@@ -168,13 +170,26 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     pb, pm = g("ppo.batch_size"), g("ppo.mini_batch_size")
     if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
         err("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
+    elif c.stage == "ppo" and isinstance(pb, int) and isinstance(pm, int) and isinstance(g("train.gradient_accumulation_steps"), int):
+        step = pm * g("train.gradient_accumulation_steps")
+        if step < pb and pb % step:
+            err("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
+                f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
+    if c.stage == "ppo" and g("ppo.value_model") == "separate":
+        err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
+            "(a value head on the policy's backbone)")
+    if c.stage == "ppo" and g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
+        err("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is not "
+            "supported (generation and the value head on sharded weights are not built); use --hw ddp")
     ref = g("model.ref")
     for key in ("grpo.kl_penalty_coef", "ppo.init_kl_coef"):
         stage = key.partition(".")[0]
         coef = g(key)
         if c.stage == stage and _is_number(coef) and coef > 0 and ref in (None, "none", ""):
             err(key, f"{key} > 0 needs a reference model: set model.ref to `base` (the model without the adapter) or a checkpoint path")
-    if isinstance(ref, str) and ref not in ("base", "none", "") and not Path(ref).expanduser().exists():
+    if ref == "init" and not g("model.init_from"):
+        err("model.ref", "`init` means the model this stage starts from and needs model.init_from (an earlier run)")
+    if isinstance(ref, str) and ref not in ("base", "init", "none", "") and not Path(ref).expanduser().exists():
         if ref.startswith((".", "/", "~")) or ref.count("/") > 1 or (os.sep != "/" and os.sep in ref):
             err("model.ref", f"reference checkpoint not found: {ref}")
         elif "/" in ref:  # `org/name`: a hub id, or a relative folder that is missing
@@ -187,6 +202,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     gs = g("grpo.group_size")
     if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
         err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
+    if c.stage == "awr" and g("awr.baseline") == "group_mean" and g("awr.num_samples_per_prompt") == 1:
+        err("awr.num_samples_per_prompt", "1 sample per prompt with awr.baseline group_mean gives every advantage 0 "
+            "(each sample is its own group's mean): no learning signal. Sample 2 or more per prompt, or set "
+            "awr.baseline=global_mean")
     section = STAGE_SPECS[c.stage].section
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
         mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")
@@ -302,6 +321,9 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
 def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) -> tuple[RlftConfig, list[Problem]]:
     """Return the typed config and warnings; raise ConfigError with every error (and warning)."""
     problems: list[Problem] = []
+    if check_files:
+        resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
+    resolve_learning_rate(c, problems)
     _walk(c, c.data, RlftConfig, "", problems)
     if c.data.get("stage", c.stage) != c.stage:
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))

@@ -42,7 +42,8 @@ def _load(path: Path, kind: str) -> Any:
     import datasets
 
     if kind == "folder":
-        return datasets.load_from_disk(str(path))
+        # a read-only folder: keep the table in memory so later maps write no cache files next to it
+        return datasets.load_from_disk(str(path), keep_in_memory=not os.access(path, os.W_OK))
     if kind == "json":
         field = "data" if json_layout(path) == "data" else None
         return datasets.load_dataset("json", data_files=str(path), field=field, split="train")

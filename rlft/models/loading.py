@@ -22,7 +22,13 @@ def resolve_model_path(cfg: RlftConfig) -> str:
 
 
 def load_model_and_tokenizer(cfg: RlftConfig):
-    """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand)."""
+    """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand), or
+    from an earlier run's weights and tokenizer with `model.init_from`."""
+    if cfg.model.init_from:
+        from rlft.config.init_from import run_root
+        from rlft.models.init_from import load_initial_policy
+
+        return load_initial_policy(cfg), load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
     path = resolve_model_path(cfg)
     return load_causal_lm(path, cfg), load_tokenizer(path, cfg)
 
@@ -57,6 +63,11 @@ def lora_config(cfg: RlftConfig, model=None):
     """PEFT LoraConfig from `lora.*`; target modules absent from the model are dropped with a note."""
     if not cfg.lora.enabled:
         return None
+    if cfg.model.init_from:
+        from rlft.models.init_from import continues_adapter
+
+        if continues_adapter(cfg):
+            return None  # the policy already carries the earlier run's adapter, trainable
     from peft import LoraConfig
 
     targets = list(cfg.lora.target_modules)
@@ -73,8 +84,13 @@ def lora_config(cfg: RlftConfig, model=None):
 
 
 def load_reference(cfg: RlftConfig):
-    """An explicit reference checkpoint (full model or PEFT adapter folder), frozen; None for `base`."""
+    """An explicit reference checkpoint (full model or PEFT adapter folder), frozen; None when the policy
+    with its adapter disabled is the reference (`base`, or `init` after a merged init_from)."""
     ref = cfg.model.ref
+    if cfg.model.init_from and ref in ("init", "base"):
+        from rlft.models.init_from import load_init_reference
+
+        return load_init_reference(cfg)
     if ref in (None, "base", "none", ""):
         return None
     path = Path(ref)

@@ -99,6 +99,15 @@ def _sampler_learner_mismatch(r: dict, m) -> list[Firing]:
     return []
 
 
+def _awr_ess(r: dict, m) -> list[Firing]:
+    ess = r.get("ess")
+    if isinstance(ess, (int, float)) and ess < m.ess_warn:
+        return [Firing("awr_ess", "warning", "ess", ess, m.ess_warn,
+                       "AWR weights collapsed onto a few samples (low effective sample size): lower awr.advantage_beta "
+                       "or sample more per prompt")]
+    return []
+
+
 RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "loss_nan": _loss_nan,
     "grad_norm": _grad_norm,
@@ -106,6 +115,7 @@ RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "entropy_collapse": _entropy_collapse,
     "all_groups_constant": _all_groups_constant,
     "sampler_learner_mismatch": _sampler_learner_mismatch,
+    "awr_ess": _awr_ess,
 }
 
 

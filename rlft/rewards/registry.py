@@ -162,7 +162,7 @@ def _load_file(module_part: str, spec: str, base_dir: str | Path | None) -> tupl
     try:
         with _extra_sys_path([path.parent, *dirs]):
             mod_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the run
         sys.modules.pop(mod_name, None)
         raise RewardResolveError(
             f"error while importing reward file {path} for {spec!r}: {_describe_exc(exc)}"
@@ -176,7 +176,7 @@ def _load_module(module_part: str, spec: str, base_dir: str | Path | None) -> tu
     try:
         with _extra_sys_path(_search_dirs(base_dir)):
             module = importlib.import_module(module_part)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the run
         raise RewardResolveError(
             f"could not import module {module_part!r} for reward {spec!r}: {_describe_exc(exc)}"
         ) from exc

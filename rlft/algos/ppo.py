@@ -1,0 +1,140 @@
+"""PPO math: reward shaping, GAE(gamma, lambda), whitening, the clipped policy and value losses.
+
+Shapes: ``B`` episodes by ``T`` completion tokens; ``mask_BT`` is 1 on action tokens (sampled
+by the policy) and 0 on padding and observation tokens. Token ``t``'s value and log-prob are
+the ones read *before* it is emitted (position ``t - 1`` of the prompt+completion forward).
+
+The formulas follow Schulman et al. 2017 and the reference implementations (old TRL PPOTrainer,
+verl, OpenRLHF); the module owns them because TRL 1.x no longer ships PPO.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rlft.algos.kl import masked_mean
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of ``x`` over mask > 0 (Bessel-corrected by default, as TRL/verl whiten)."""
+    m = mask.to(x.dtype)
+    mean = masked_mean(x, m)
+    centred = torch.where(m > 0, x - mean, torch.zeros_like(x))
+    var = (centred**2 * m).sum() / m.sum().clamp_min(1e-8)
+    if unbiased:
+        n = m.sum()
+        var = var * n / (n - 1) if n > 1 else var
+    return var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0."""
+    m = mask.to(x.dtype)
+    mean, var = masked_mean(x, m), masked_var(x, m)
+    out = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * m
+
+
+def last_token_index(mask_BT: Tensor) -> Tensor:
+    """Index of each row's last action token (0 for an empty row)."""
+    T = mask_BT.shape[1]
+    pos_BT = torch.arange(T, device=mask_BT.device).expand_as(mask_BT)
+    return torch.where(mask_BT > 0, pos_BT, torch.zeros_like(pos_BT)).max(dim=1).values
+
+
+def shape_rewards(scores_B: Tensor, kl_BT: Tensor, mask_BT: Tensor, kl_coef: float) -> Tensor:
+    """Per-token rewards: ``-kl_coef * kl_t`` on every action token, plus the episode's score on
+    its last action token (a row without a score, NaN, gets the KL part only)."""
+    m = mask_BT.to(kl_BT.dtype)
+    rewards_BT = -kl_coef * kl_BT * m
+    last_B = last_token_index(mask_BT)
+    score_B = torch.nan_to_num(scores_B.to(kl_BT.dtype), nan=0.0)
+    has_action_B = m.sum(dim=1) > 0
+    add_B = torch.where(has_action_B, score_B, torch.zeros_like(score_B))
+    return rewards_BT.scatter_add(1, last_B.unsqueeze(1), add_B.unsqueeze(1))
+
+
+def gae(rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over action tokens.
+
+    delta_t = r_t + gamma * V_next - V_t and A_t = delta_t + gamma * lam * A_next, where "next" is
+    the next *action* token: masked tokens (observations, padding) are skipped, so a multi-turn
+    episode's tool output does not break the chain (verl). Past the last action token V = 0.
+    Returns ``(advantages_BT, returns_BT)`` with ``returns = advantages + values``; both are 0 off
+    the mask.
+    """
+    m_BT = mask_BT.to(values_BT.dtype)
+    B, T = values_BT.shape
+    adv_BT = torch.zeros_like(values_BT)
+    next_value_B = values_BT.new_zeros(B)
+    next_adv_B = values_BT.new_zeros(B)
+    for t in range(T - 1, -1, -1):
+        m_B = m_BT[:, t]
+        delta_B = rewards_BT[:, t] + gamma * next_value_B - values_BT[:, t]
+        adv_B = delta_B + gamma * lam * next_adv_B
+        next_value_B = m_B * values_BT[:, t] + (1 - m_B) * next_value_B
+        next_adv_B = m_B * adv_B + (1 - m_B) * next_adv_B
+        adv_BT[:, t] = adv_B * m_B
+    return adv_BT, (adv_BT + values_BT) * m_BT
+
+
+def clipped_surrogate(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor,
+                      clip_range: float) -> tuple[Tensor, dict]:
+    """PPO policy loss mean_m max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - logp_old).
+
+    Metrics: ``clipfrac`` (share of tokens where the clipped term wins) and ``approx_kl``
+    (0.5 * mean (logp - logp_old)^2, the learner's drift from the sampler in this pass).
+    """
+    log_ratio_BT = logp_BT - logp_old_BT
+    ratio_BT = torch.exp(log_ratio_BT)
+    loss1_BT = -adv_BT * ratio_BT
+    loss2_BT = -adv_BT * torch.clamp(ratio_BT, 1.0 - clip_range, 1.0 + clip_range)
+    loss = masked_mean(torch.max(loss1_BT, loss2_BT), mask_BT)
+    with torch.no_grad():
+        metrics = {
+            "clipfrac": float(masked_mean((loss2_BT > loss1_BT).to(adv_BT.dtype), mask_BT)),
+            "approx_kl": float(masked_mean(0.5 * log_ratio_BT**2, mask_BT)),
+            "ratio": float(masked_mean(ratio_BT, mask_BT)),
+        }
+    return loss, metrics
+
+
+def clipped_value_loss(values_BT: Tensor, values_old_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor,
+                       clip_range_value: float) -> tuple[Tensor, dict]:
+    """0.5 * mean_m max((V - G)^2, (clip(V, V_old +- eps_v) - G)^2); metric ``value_clipfrac``."""
+    v_clip_BT = values_old_BT + torch.clamp(values_BT - values_old_BT, -clip_range_value, clip_range_value)
+    loss1_BT = (values_BT - returns_BT) ** 2
+    loss2_BT = (v_clip_BT - returns_BT) ** 2
+    loss = 0.5 * masked_mean(torch.max(loss1_BT, loss2_BT), mask_BT)
+    with torch.no_grad():
+        frac = float(masked_mean((loss2_BT > loss1_BT).to(values_BT.dtype), mask_BT))
+    return loss, {"value_clipfrac": frac}
+
+
+def entropy_from_logits(logits_BTV: Tensor) -> Tensor:
+    """Exact per-token entropy of the categorical distribution, (B, T)."""
+    logp_BTV = torch.log_softmax(logits_BTV.float(), dim=-1)
+    return -(logp_BTV.exp() * logp_BTV).sum(dim=-1)
+
+
+def ppo_loss(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, values_BT: Tensor, values_old_BT: Tensor,
+             returns_BT: Tensor, entropy_BT: Tensor, mask_BT: Tensor, *, clip_range: float,
+             clip_range_value: float, vf_coef: float, ent_coef: float) -> tuple[Tensor, dict]:
+    """Total PPO loss = clipped surrogate + vf_coef * clipped value loss - ent_coef * entropy."""
+    pg, pg_m = clipped_surrogate(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range)
+    vf, vf_m = clipped_value_loss(values_BT, values_old_BT, returns_BT, mask_BT, clip_range_value)
+    ent = masked_mean(entropy_BT, mask_BT)
+    loss = pg + vf_coef * vf - ent_coef * ent
+    return loss, {"policy_loss": float(pg.detach()), "value_loss": float(vf.detach()),
+                  "entropy": float(ent.detach()), **pg_m, **vf_m}
+
+
+def explained_variance(values_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor) -> float:
+    """1 - Var(G - V) / Var(G) over the mask: 1 = perfect critic, 0 = no better than a constant."""
+    var_g = masked_var(returns_BT, mask_BT, unbiased=False)
+    if float(var_g) == 0.0:
+        return float("nan")
+    return float(1.0 - masked_var(returns_BT - values_BT, mask_BT, unbiased=False) / var_g)

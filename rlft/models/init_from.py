@@ -1,0 +1,97 @@
+"""Rebuild the weights of an earlier rlft run, for a stage that starts from it (`model.init_from`).
+
+A run's final adapter was trained on top of the model that run *started* from, so a chain is rebuilt
+from its root: start(R) is the base model when R had no init_from, the merged weights of R's own
+init_from run when R merged it (`init_mode: merge`), or that run's start when R continued its adapter.
+The weights after R are start(R) with R's final adapter merged in (or R's full model when it trained
+without LoRA).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rlft.config.init_from import read_run_config, run_root
+from rlft.config.schema import RlftConfig
+
+log = logging.getLogger("rlft")
+
+
+def _has_adapter(root: Path) -> bool:
+    return (root / "final" / "adapter_config.json").is_file()
+
+
+def _load_base(model_cfg: dict, cfg: RlftConfig):
+    from rlft.models.loading import load_causal_lm
+
+    name = model_cfg.get("name_or_path") or cfg.model.name_or_path
+    if name == "tiny":
+        from rlft.tiny import ensure_tiny_model
+
+        name = str(ensure_tiny_model(init_std=model_cfg.get("tiny_init_std", cfg.model.tiny_init_std)))
+    return load_causal_lm(name, cfg)
+
+
+def start_model(root: Path, cfg: RlftConfig):
+    """The model run `root` started from (before its own adapter)."""
+    model_cfg = read_run_config(root).get("model") or {}
+    parent = model_cfg.get("init_from")
+    if not parent:
+        return _load_base(model_cfg, cfg)
+    parent_root = run_root(parent)
+    if model_cfg.get("init_mode", "merge") == "continue" and _has_adapter(parent_root):
+        return start_model(parent_root, cfg)
+    return merged_model(parent_root, cfg)
+
+
+def merged_model(root: Path, cfg: RlftConfig):
+    """The weights after run `root`: its start with its final adapter merged in."""
+    if not _has_adapter(root):
+        from rlft.models.loading import load_causal_lm
+
+        return load_causal_lm(str(root / "final"), cfg)
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(start_model(root, cfg), str(root / "final")).merge_and_unload()
+
+
+def starts_from_base(root: Path) -> bool:
+    """Whether run `root` started from the plain base model (so disabling its adapter gives the base)."""
+    return not (read_run_config(root).get("model") or {}).get("init_from")
+
+
+def load_initial_policy(cfg: RlftConfig):
+    """The policy this stage starts training from: merged weights + a fresh LoRA later (`merge`), or the
+    earlier adapter itself, trainable (`continue`)."""
+    root = run_root(cfg.model.init_from)
+    if cfg.model.init_mode == "continue" and _has_adapter(root):
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(start_model(root, cfg), str(root / "final"), is_trainable=True)
+    return merged_model(root, cfg)
+
+
+def continues_adapter(cfg: RlftConfig) -> bool:
+    """True when the policy already carries its (earlier) adapter, so no new LoRA is added."""
+    return bool(cfg.model.init_from) and cfg.model.init_mode == "continue" and _has_adapter(run_root(cfg.model.init_from))
+
+
+def load_init_reference(cfg: RlftConfig):
+    """The frozen reference for a stage with init_from, or None when the adapter-disabled policy is it."""
+    root = run_root(cfg.model.init_from)
+    ref = cfg.model.ref
+    carries_adapter = continues_adapter(cfg)
+    if ref == "init":
+        if not carries_adapter and cfg.lora.enabled:
+            return None  # the merged start model with this stage's fresh LoRA disabled
+        model = merged_model(root, cfg)
+    elif ref == "base":
+        if carries_adapter and starts_from_base(root):
+            return None  # the earlier adapter disabled leaves the base
+        model = _load_base({}, cfg)  # model.name_or_path is the chain's original base
+    else:
+        return None
+    model.eval()
+    model.requires_grad_(False)
+    return model

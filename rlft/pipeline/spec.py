@@ -1,0 +1,222 @@
+"""A pipeline file, read and composed per stage without importing torch.
+
+```yaml
+name: tool_use                 # optional; default: the file's name
+output_dir: runs/tool_use      # optional; default: runs/<name>
+defaults:                      # config shared by every stage
+  model: {name_or_path: Qwen/Qwen2.5-7B-Instruct}
+stages:
+  - stage: orpo                # required
+    hw: a100                   # optional; default: --hw of the command (cpu)
+    config: [orpo.yaml]        # optional; a file or a list, relative to this file
+    name: preferences          # optional; default: the stage
+    train: {learning_rate: 5.0e-6}   # any other key: this stage's own config
+```
+
+Layers of stage i: base < stage profile < hardware profile < `defaults` < the stage's config files <
+its own keys < command-line overrides (`KEY=VALUE` for every stage, `stages.<i or name>.KEY=VALUE` for
+one; stages are numbered from 1 like their run folders) < what the pipeline sets itself (the run
+folder `<output_dir>/<NN>-<stage>` and `model.init_from` = the stage before, unless the entry sets
+`model.init_from` itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlft.config.compose import Composed, Layer, _key_lines, _Loader, anchor_paths, compose, display_path
+from rlft.config.errors import ConfigError, Problem
+from rlft.config.schema import HARDWARE, STAGES
+
+ENTRY_KEYS = ("stage", "hw", "config", "name")  # the rest of an entry is config
+TOP_KEYS = ("name", "output_dir", "defaults", "stages")
+
+
+@dataclass
+class StageEntry:
+    index: int                    # 1-based, as in the run folder name
+    stage: str
+    hw: str | None
+    files: list[Path]
+    name: str
+    layer: Layer                  # the entry's own config keys
+    sets_init_from: bool          # the entry chose its own model.init_from (or null to start fresh)
+
+    @property
+    def label(self) -> str:
+        return f"stage {self.index} ({self.name})"
+
+    @property
+    def folder(self) -> str:
+        return f"{self.index:02d}-{self.stage}"
+
+
+@dataclass
+class Pipeline:
+    path: Path
+    name: str
+    output_dir: Path
+    defaults: Layer
+    stages: list[StageEntry] = field(default_factory=list)
+
+    def stage_dir(self, entry: StageEntry) -> Path:
+        return self.output_dir / entry.folder
+
+    def select(self, selector: str) -> StageEntry | None:
+        """A stage by 1-based index or by name (entry name, then stage)."""
+        if selector.isdigit():
+            i = int(selector)
+            return self.stages[i - 1] if 1 <= i <= len(self.stages) else None
+        for e in self.stages:
+            if e.name == selector:
+                return e
+        matches = [e for e in self.stages if e.stage == selector]
+        return matches[0] if len(matches) == 1 else None
+
+
+def _sub_layer(name: str, data: dict, node, drop: tuple[str, ...] = ()) -> Layer:
+    lines: dict[str, int] = {}
+    _key_lines(node, "", lines, [])
+    data = {k: v for k, v in data.items() if k not in drop}
+    lines = {k: v for k, v in lines.items() if k.partition(".")[0] not in drop}
+    return Layer(name, data, lines)
+
+
+def _value_node(mapping_node, key: str):
+    if isinstance(mapping_node, yaml.MappingNode):
+        for k, v in mapping_node.value:
+            if k.value == key:
+                return v
+    return None
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read a pipeline file; every problem at once (ConfigError), each naming its line."""
+    path = Path(path)
+    shown = display_path(path)
+    if not path.is_file():
+        raise ConfigError([Problem("(file)", shown, f"pipeline file not found: {path}")])
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader) if node is not None else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError([Problem("(yaml)", f"{shown}:{mark.line + 1}" if mark else shown,
+                                   f"YAML syntax error: {getattr(exc, 'problem', exc)}")]) from None
+    if not isinstance(data, dict):
+        raise ConfigError([Problem("(yaml)", shown, "a pipeline file must be a mapping with a `stages:` list")])
+    problems: list[Problem] = []
+    lines: dict[str, int] = {}
+    _key_lines(node, "", lines, [])
+    at = lambda key: f"{shown}:{lines[key]}" if key in lines else shown  # noqa: E731
+    for key in data:
+        if key not in TOP_KEYS:
+            problems.append(Problem(str(key), at(str(key)), f"unknown pipeline key; expected one of {', '.join(TOP_KEYS)} "
+                                    "(stage config goes under `defaults:` or a stage entry)"))
+    base_dir = path.resolve().parent
+    name = data.get("name") or path.stem
+    out = Path(data.get("output_dir") or Path("runs") / str(name))  # like train.output_dir: from the working dir
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        problems.append(Problem("defaults", at("defaults"), "must be a mapping of config sections"))
+        defaults = {}
+    anchor_paths(defaults, base_dir)
+    pipe = Pipeline(path, str(name), out, _sub_layer(shown, defaults, _value_node(node, "defaults")))
+    raw = data.get("stages")
+    if not isinstance(raw, list) or not raw:
+        problems.append(Problem("stages", at("stages"), "a pipeline needs a non-empty `stages:` list of {stage: ...} entries"))
+        raise ConfigError(problems)
+    seq = _value_node(node, "stages")
+    for i, item in enumerate(raw, start=1):
+        item_node = seq.value[i - 1] if isinstance(seq, yaml.SequenceNode) else None
+        where = f"{shown}:{item_node.start_mark.line + 1}" if item_node is not None else shown
+        if not isinstance(item, dict) or not isinstance(item.get("stage"), str):
+            problems.append(Problem(f"stages[{i}]", where, f"each stage needs `stage:` (one of {', '.join(STAGES)})"))
+            continue
+        stage, hw = item["stage"], item.get("hw")
+        if stage not in STAGES:
+            problems.append(Problem(f"stages[{i}].stage", where, f"unknown stage `{stage}`; expected one of {', '.join(STAGES)}"))
+            continue
+        if hw is not None and hw not in HARDWARE:
+            problems.append(Problem(f"stages[{i}].hw", where, f"unknown hardware profile `{hw}`; expected one of {', '.join(HARDWARE)}"))
+            continue
+        files = item.get("config") or []
+        files = [files] if isinstance(files, str) else files
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            problems.append(Problem(f"stages[{i}].config", where, "must be a file name or a list of file names"))
+            continue
+        own = {k: v for k, v in item.items() if k not in ENTRY_KEYS}
+        anchor_paths(own, base_dir)
+        entry_lines: dict[str, int] = {}
+        _key_lines(item_node, "", entry_lines, [])
+        layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS})
+        model = own.get("model") if isinstance(own.get("model"), dict) else {}
+        pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], str(item.get("name") or stage),
+                                      layer, "init_from" in model))
+    if problems:
+        raise ConfigError(problems)
+    return pipe
+
+
+def split_overrides(pipe: Pipeline, overrides: list[str]) -> tuple[list[str], dict[int, list[str]], list[Problem]]:
+    """Command-line KEY=VALUE into (every stage, {stage index: its own}), or problems for unknown stages."""
+    common: list[str] = []
+    own: dict[int, list[str]] = {}
+    problems: list[Problem] = []
+    for item in overrides:
+        key = item.partition("=")[0]
+        if key.startswith("stages."):
+            selector, _, rest = key[len("stages."):].partition(".")
+            entry = pipe.select(selector)
+            if entry is None or not rest:
+                names = ", ".join(f"{e.index} or {e.name}" for e in pipe.stages)
+                problems.append(Problem(key, "command line", f"no stage `{selector}` in the pipeline (stages: {names}); "
+                                        "write stages.<number or name>.<key>=<value>"))
+                continue
+            own.setdefault(entry.index, []).append(item[len("stages.") + len(selector) + 1:])
+        else:
+            common.append(item)
+    return common, own, problems
+
+
+def compose_stage(pipe: Pipeline, entry: StageEntry, common: list[str], own: list[str], hw_default: str,
+                  init_from: Path | None) -> Composed:
+    """The layered config of one stage; `init_from` is the run it starts from (None for the first)."""
+    implied: dict[str, Any] = {}
+    if init_from is not None and not entry.sets_init_from:
+        implied["model"] = {"init_from": str(init_from)}
+    before = [pipe.defaults] + ([Layer(f"pipeline: starts from {init_from}", implied)] if implied else [])
+    last = [Layer("pipeline: run folder", {"train": {"output_dir": str(pipe.stage_dir(entry))}})]
+    return compose(entry.stage, entry.hw or hw_default, entry.files, [*common, *own],
+                   before_files=before, after_files=[entry.layer], last=last)
+
+
+def check_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str):
+    """Validate every stage at once: [(entry, cfg, composed, warnings)] or ConfigError naming each stage.
+
+    A stage whose predecessor has not run yet is checked without its `init_from` (that run does not
+    exist before the pipeline runs); a finished predecessor is checked as at run time."""
+    from rlft.config.validate import validate
+
+    common, own, problems = split_overrides(pipe, overrides)
+    checked = []
+    previous: Path | None = None
+    for entry in pipe.stages:
+        try:
+            composed = compose_stage(pipe, entry, common, own.get(entry.index, []), hw_default, previous)
+            cfg, warnings = validate(composed)
+            checked.append((entry, cfg, composed, [w.for_stage(entry.label) for w in warnings]))
+        except ConfigError as exc:
+            problems.extend(p.for_stage(entry.label) for p in exc.problems)
+        from rlft.config.init_from import is_finished
+
+        run_dir = pipe.stage_dir(entry)
+        previous = run_dir if is_finished(run_dir) else None
+    if any(p.level == "error" for p in problems):
+        raise ConfigError(problems)
+    return checked

@@ -1,0 +1,321 @@
+"""The loop RS-SFT and AWR share: sample from the current policy -> score -> decide -> SFT, for a
+number of rounds (expert iteration), each phase resumable.
+
+Per round r:
+  1. sampling: `num_samples_per_prompt` completions for every prompt of data.train through the rollout
+     layer (rlft.rollout.sample / score), appended to samples.jsonl one generate call at a time. Each
+     call is seeded from (train.seed, round, first prompt), so a resumed run draws exactly what an
+     uninterrupted one would have.
+  2. decision (rlft.stages.decide): RS-SFT's keep rule or AWR's weights, written back into the round's
+     rows of samples.jsonl; the round's sampling metrics ride along every metrics.jsonl row of its
+     training, with `round` and a `step` counted over all rounds.
+  3. SFT on the round's pairs (TRL SFTTrainer / rlft's AWRSFTTrainer), continuing the same LoRA adapter.
+
+Resume (`--resume`): rounds whose adapter is saved are skipped (the newest one is loaded); a round whose
+samples carry the decision trains from its newest checkpoint without sampling again; otherwise sampling
+continues after the last prompt written. With rounds > 1 each round checkpoints into
+checkpoints/round-<r>/ and leaves its adapter in checkpoints/round-<r>/adapter/ once trained.
+
+summary.json's eval.start / eval.end: mean total reward of fresh samples on the evaluation prompts
+(data.eval_prompts of data.eval, or of data.train) from the starting and the final policy, same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+from rlft.run import COMPLETE_MARKER, RunError, RunOptions
+from rlft.stages.decide import training_pairs
+from rlft.stages.samples_log import SamplesLog
+
+# Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
+FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
+STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
+EVAL_SEED_OFFSET = 7919  # eval draws from its own seed, the same for the start and the end
+
+
+def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
+    """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
+    from trl import SFTConfig
+
+    from rlft.models.hardware import common_training_args
+    from rlft.stages.trl_config import build_trl_config
+
+    for key in ("packing", "padding_free"):
+        if cfg.trl.get(key):
+            raise RunError(f"trl.{key}: not supported by stage {cfg.stage}: its samples are trained one sequence "
+                           f"at a time (AWR weighs each one)")
+    args = common_training_args(cfg, output_dir)
+    args.update(max_length=cfg.train.max_seq_length, completion_only_loss=None)  # None: TRL's prompt/completion rule
+    args.update(cfg.trl)
+    return build_trl_config(SFTConfig, args, cfg, composed)
+
+
+def round_metrics_callback(metrics: dict, step_offset: int):
+    """A callback adding the round's sampling metrics, `round` and an all-rounds `step` to every training
+    log; placed before rlft's MetricsWriter, which writes what it finds in the logs."""
+    from transformers import TrainerCallback
+
+    class RoundMetrics(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is not None and "train_runtime" not in logs:
+                logs.update({k: v for k, v in metrics.items() if k not in logs})
+                logs["step"] = step_offset + state.global_step
+
+    return RoundMetrics()
+
+
+class SampledSFT:
+    """One RS-SFT / AWR run. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls` an SFTTrainer."""
+
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable, trainer_cls_path: str):
+        self.cfg, self.composed, self.opts = cfg, composed, opts
+        self.section = getattr(cfg, cfg.stage)
+        self.decide = decide
+        self.trainer_cls_path = trainer_cls_path
+        self.rounds = self.section.rounds
+        self.n = self.section.num_samples_per_prompt
+
+    # -- paths and state -------------------------------------------------------------------------
+    def ckpt_dir(self, r: int) -> Path:
+        return self.ctx.run.checkpoints if self.rounds == 1 else self.ctx.run.checkpoints / f"round-{r}"
+
+    def adapter_dir(self, r: int) -> Path:
+        return self.ckpt_dir(r) / "adapter"
+
+    def round_trained(self, r: int) -> bool:
+        if r == self.rounds:
+            return self.ctx.run.final.is_dir()
+        return (self.adapter_dir(r) / COMPLETE_MARKER).is_file()
+
+    def _state(self) -> dict:
+        path = self.ctx.run.root / STATE_FILE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def _save_state(self, state: dict) -> None:
+        if self.ctx.rank == 0:
+            (self.ctx.run.root / STATE_FILE).write_text(json.dumps(state, indent=1))
+
+    def _say(self, text: str) -> None:
+        if self.ctx.rank == 0:
+            print(f"rlft: {text}", file=sys.stderr, flush=True)
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        from rlft.runtime import RunContext, quiet_libraries
+
+        quiet_libraries(self.opts.verbose)
+        sft_trl_config(self.cfg, self.cfg.train.output_dir or ".", self.composed)  # TRL's objections, before any folder
+        self._prepare_inputs()
+        with RunContext(self.cfg, self.composed, self.opts, own_resume=True) as ctx:
+            self.ctx = ctx
+            self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+            code = self._run()
+            ctx.exit_code = code
+            return code
+
+    def _prepare_inputs(self) -> None:
+        """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
+        from rlft.models.loading import load_tokenizer, resolve_model_path
+        from rlft.rewards import RewardResolveError, build_reward_suite
+        from rlft.stages.prompt_data import prepare_prompt_data
+
+        cfg = self.cfg
+        try:
+            self.suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=self.composed.dir_of("rewards"),
+                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+        except (RewardResolveError, ValueError) as exc:
+            raise RunError(str(exc)) from None
+        self.model_path = resolve_model_path(cfg)
+        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+
+    def _run(self) -> int:
+        from rlft.models.loading import load_causal_lm
+
+        cfg, ctx = self.cfg, self.ctx
+        if self.opts.resume and ctx.run.final.is_dir():
+            raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
+        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
+        self.log = SamplesLog(ctx.run.samples, self.n)
+        state = self._state()
+        eval_set = self._eval_set(dataset)
+
+        first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
+        if first > 1:
+            model = self._load_adapter(model, self.adapter_dir(first - 1))
+            self._say(f"resuming at round {first} of {self.rounds} (rounds before it are trained)")
+        if "eval_start" in state:
+            ctx.eval["start"] = state["eval_start"]
+        elif eval_set is not None:
+            ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set)
+            self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} samples")
+            self._save_state(state)
+        steps = state.get("steps", 0)
+        ctx.steps = steps
+
+        prompts = list(dataset["prompt"])
+        columns = {c: list(dataset[c]) for c in dataset.column_names if c != "prompt"}
+        for r in range(first, self.rounds + 1):
+            if self.log.decided(r):
+                decided = self.log.round_rows(r)
+                metrics = self.decide(decided, self.section, r)[1]
+                self._say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
+            else:
+                code = self._sample_round(r, model, prompts, columns)
+                if code:
+                    return code
+                decided, metrics = self.decide(self.log.round_rows(r), self.section, r)
+                if ctx.rank == 0:
+                    self.log.decide(r, decided)
+                    self._log_completions(r, decided, steps)
+            self._say(self._round_line(r, metrics))
+            code, model, round_steps = self._train_round(r, model, decided, metrics, steps)
+            steps += round_steps
+            ctx.steps = steps
+            if code:
+                return code
+            state["steps"] = steps
+            self._save_state(state)
+        if eval_set is not None:
+            ctx.eval["end"] = self._evaluate(model, *eval_set)
+            self._say(f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
+                      f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
+        return 0
+
+    def _round_line(self, r: int, m: dict) -> str:
+        keys = [k for k in ("sampled_reward_mean", "kept_count", "kept_fraction", "weight_mean", "ess", "frac_clipped")
+                if m.get(k) is not None]
+        return f"round {r}/{self.rounds}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys)
+
+    # -- sampling --------------------------------------------------------------------------------
+    def _params(self, seed: int | None):
+        from rlft.rollout import SamplingParams
+
+        s = self.section
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens, seed=seed)
+
+    def _sample_round(self, r: int, model, prompts: list, columns: dict) -> int:
+        """Sample and score the round's prompts not yet in samples.jsonl; 0, or the exit code of an interrupt."""
+        from rlft.rollout import sample, score
+
+        done = self.log.start_round(r) if self.ctx.rank == 0 else self.log.prompts_done(r)
+        if done:
+            self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
+        per_call = max(1, self.section.generation_batch_size // self.n)
+        seed0 = self.cfg.train.seed + 1_000_003 * r
+        for start in range(done, len(prompts), per_call):
+            idx = list(range(start, min(start + per_call, len(prompts))))
+            rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
+                              prompt_ids=idx)
+            scores = score(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()})
+            rows = []
+            for b in range(len(rollouts)):
+                p = rollouts.prompt_index[b]
+                rows.append({"round": r, "prompt_id": idx[p], "sample": b % self.n, "prompt": prompts[idx[p]],
+                             "completion": rollouts.completions[b],
+                             "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
+                             "finished": rollouts.finished[b] if rollouts.finished else None})
+            if self.ctx.rank == 0:
+                self.log.append(rows)
+            fault = os.environ.pop(FAULT_SIGTERM_AFTER_PROMPTS, None)
+            if fault is not None:
+                if idx[-1] + 1 >= int(fault):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    os.environ[FAULT_SIGTERM_AFTER_PROMPTS] = fault
+            sig = self.ctx.interrupt.signal
+            if sig is not None:
+                self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
+                          f"samples so far are in {self.log.path}. Resume with: {self.ctx.resume_command}")
+                return 128 + int(sig)
+        return 0
+
+    def _log_completions(self, r: int, decided: list[dict], step: int) -> None:
+        from rlft.data.messages import as_text
+        from rlft.rollout import CompletionLog
+
+        names = self.suite.names
+        extra = {"round": [r] * len(decided)}
+        if any("kept" in x for x in decided):
+            extra["kept"] = [x.get("kept") for x in decided]
+        CompletionLog(self.ctx.run.completions, self.cfg.monitor.log_completions).write(
+            step, [x["prompt_id"] for x in decided], [as_text(x["prompt"]) for x in decided],
+            [x["completion"] for x in decided], {k: [x["rewards"].get(k) for x in decided] for k in names},
+            [x["total"] for x in decided],
+            advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
+            weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
+
+    def _eval_set(self, train_ds):
+        """(prompts, columns) of the evaluation prompts, or None when data.eval_prompts is 0."""
+        k = self.cfg.data.eval_prompts
+        if not k:
+            return None
+        ds = train_ds
+        if self.cfg.data.eval:
+            from rlft.data import DataError
+            from rlft.data.load import load_table, prepare_prompt_dataset
+
+            try:
+                ds = prepare_prompt_dataset(load_table(self.cfg.data.eval), self.cfg.data.prompt_column,
+                                            system_prompt=self.cfg.data.system_prompt, source="data.eval")
+            except DataError as exc:
+                raise RunError(str(exc)) from None
+        ds = ds.select(range(min(k, len(ds))))
+        return list(ds["prompt"]), {c: list(ds[c]) for c in ds.column_names if c != "prompt"}
+
+    def _evaluate(self, model, prompts: list, columns: dict) -> dict:
+        """Mean total reward of fresh samples (not counted toward the reward-failure guard)."""
+        import statistics
+
+        from rlft.rollout import sample, score
+
+        rollouts = sample(model, self.tokenizer, prompts, self.n, self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
+        totals = [t for t in score(rollouts, self.suite, columns, count=False).total if t is not None]
+        return {"reward_mean": round(statistics.fmean(totals), 6) if totals else None, "n": len(totals),
+                "prompts": len(prompts)}
+
+    # -- training --------------------------------------------------------------------------------
+    def _load_adapter(self, model, folder: Path):
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
+
+    def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
+        """(exit code, the trained model, optimizer steps of the round)."""
+        import importlib
+
+        from datasets import Dataset
+        from peft import PeftModel
+
+        from rlft.models.loading import lora_config
+
+        ctx = self.ctx
+        module, _, name = self.trainer_cls_path.partition(":")
+        trainer_cls = getattr(importlib.import_module(module), name)
+        peft = None if isinstance(model, PeftModel) or not self.cfg.lora.enabled else lora_config(self.cfg, model)
+        out = self.ckpt_dir(r)
+        out.mkdir(parents=True, exist_ok=True)
+        trainer = trainer_cls(model=model, args=sft_trl_config(self.cfg, str(out), self.composed),
+                              train_dataset=Dataset.from_list(training_pairs(decided)), processing_class=self.tokenizer,
+                              peft_config=peft, callbacks=[round_metrics_callback(metrics, step_offset), *ctx.callbacks()])
+        ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
+        if ctx.resume_from is not None:
+            self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
+        code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if code == 0 and r < self.rounds and trainer.args.should_save:
+            folder = self.adapter_dir(r)
+            trainer.save_model(str(folder))
+            (folder / COMPLETE_MARKER).write_text("ok\n")
+            for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
+                shutil.rmtree(ckpt, ignore_errors=True)
+        return code, model, trainer.state.global_step

@@ -1,0 +1,100 @@
+"""samples.jsonl of the sampled-SFT stages (RS-SFT, AWR): every sampled completion with its scores,
+written as sampling goes so a killed run resumes after the last prompt written.
+
+One row per completion:
+
+    {"round": 1, "prompt_id": 7, "sample": 2, "prompt": "...", "completion": "...",
+     "rewards": {"char_fraction": 0.75}, "total": 0.75}
+
+Rows are appended one prompt batch at a time (all of a prompt's samples in one write, then flushed
+and fsynced). When a round's sampling is complete, the stage's decision is added to its rows (RS-SFT:
+`kept`; AWR: `advantage` and `weight`) and the file is rewritten atomically; a round whose rows
+carry the decision is finished sampling, and training reads its rows back instead of sampling again.
+A line cut short by a kill, and the rows of a prompt whose samples are incomplete, are dropped on
+reading: that prompt is sampled again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+DECISION_KEYS = ("kept", "weight")
+
+
+class SamplesLog:
+    def __init__(self, path: Path, samples_per_prompt: int):
+        self.path = Path(path)
+        self.n = samples_per_prompt
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self) -> list[dict]:
+        """Every complete row; a truncated last line (killed mid-write) is skipped."""
+        if not self.path.is_file():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows
+
+    def round_rows(self, round_: int) -> list[dict]:
+        """The rows of one round whose prompt has all its samples, ordered by (prompt_id, sample)."""
+        by_prompt: dict[int, dict[int, dict]] = defaultdict(dict)
+        for row in self.read():
+            if row.get("round") == round_:
+                by_prompt[row["prompt_id"]][row["sample"]] = row  # a prompt written twice: the last copy wins
+        out = []
+        for pid in sorted(by_prompt):
+            group = by_prompt[pid]
+            if sorted(group) == list(range(self.n)):
+                out += [group[g] for g in range(self.n)]
+        return out
+
+    def prompts_done(self, round_: int) -> int:
+        """How many prompts of the round are completely sampled (they are sampled in order)."""
+        ids = sorted({r["prompt_id"] for r in self.round_rows(round_)})
+        done = 0
+        while done < len(ids) and ids[done] == done:
+            done += 1
+        return done
+
+    def decided(self, round_: int) -> bool:
+        """True when the round's sampling finished and its rows carry the stage's decision."""
+        rows = self.round_rows(round_)
+        return bool(rows) and all(any(k in r for k in DECISION_KEYS) for r in rows)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def start_round(self, round_: int) -> int:
+        """Drop this round's incomplete prompts (and anything after them); return the prompts done."""
+        done = self.prompts_done(round_)
+        earlier = [r for r in self.read() if r.get("round", 0) < round_]
+        self._rewrite(earlier + [r for r in self.round_rows(round_) if r["prompt_id"] < done])
+        return done
+
+    def append(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with open(self.path, "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def decide(self, round_: int, decided_rows: list[dict]) -> None:
+        """Replace the round's rows with `decided_rows` (the same rows plus the decision fields)."""
+        others = [r for r in self.read() if r.get("round") != round_]
+        self._rewrite(others + decided_rows)
+
+    def _rewrite(self, rows: list[dict]) -> None:
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,363 @@
+"""rlft's own PPO trainer (Schulman et al. 2017, as applied to LMs by Ziegler et al. 2019).
+
+Why rlft writes it: TRL 1.x removed its PPOTrainer and value-head model (trl#7020), so there is no
+maintained PPO to subclass. This is a `transformers.Trainer` whose `train` is PPO's own loop, so it
+keeps the run lifecycle every rlft stage shares (callbacks for metrics, console, health and
+interruption; `_save_checkpoint` with optimizer, scheduler and RNG state; `save_model`; the
+accelerator for DDP). The math is in `rlft.algos` (GAE, whitening, clipped losses, KL estimators,
+the adaptive KL controller); this module only moves tensors between the model and those functions.
+
+One update: sample `batch_size` episodes -> one no-grad pass of policy+value (rollout log-probs and
+values) and one of the reference (adapter disabled) -> rewards on the last token, -kl_coef * kl_t
+on every token -> GAE -> whitened advantages -> `ppo_epochs` passes over shuffled minibatches of
+`mini_batch_size` episodes, an optimizer step every `gradient_accumulation_steps` minibatches.
+A `step` in metrics.jsonl and checkpoints is one update.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import Trainer, TrainerState
+from trl.trainer.utils import disable_dropout_in_model
+
+from rlft.algos import (
+    entropy_from_logits, explained_variance, gae, kl_penalty_per_token, kl_sample_train, make_kl_controller,
+    masked_mean, masked_whiten, ppo_loss, shape_rewards,
+)
+from rlft.models.value_head import PolicyWithValueHead
+from rlft.rollout import CompletionLog, SamplingParams, sample, score
+
+@dataclass
+class PPOSettings:
+    """The `ppo.*` knobs the loop acts on (mapped once from the config)."""
+    batch_size: int = 16
+    mini_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
+    ppo_epochs: int = 4
+    clip_range: float = 0.2
+    cliprange_value: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    kl_penalty: str = "kl"
+    init_kl_coef: float = 0.05
+    target_kl: float = 0.1
+    adaptive_kl: bool = True
+    kl_horizon: int = 10000
+    gamma: float = 0.99
+    lam: float = 0.95
+    num_episodes: int = 1000
+    log_every: int = 1        # in updates
+    eval_every: int = 10      # in updates
+    save_every: int = 100     # in updates
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    seed: int = 42
+
+    @property
+    def num_updates(self) -> int:
+        return math.ceil(self.num_episodes / self.batch_size)
+
+    @property
+    def minibatches_per_step(self) -> int:
+        """Minibatches accumulated into one optimizer step (capped at one epoch's worth)."""
+        return max(1, min(self.gradient_accumulation_steps, self.batch_size // self.mini_batch_size))
+
+    @property
+    def optimizer_steps_per_update(self) -> int:
+        per_epoch = self.batch_size // self.mini_batch_size
+        return self.ppo_epochs * math.ceil(per_epoch / self.minibatches_per_step)
+
+
+class RlftPPOTrainer(Trainer):
+    def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
+                 train_rows: list[dict], eval_rows: list[dict], reward_suite, callbacks=None,
+                 completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
+                 ref_model=None):
+        super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
+        self.settings = s = settings
+        self.train_rows, self.eval_rows = train_rows, eval_rows
+        self.reward_suite = reward_suite
+        self.completion_log = CompletionLog(completions_path, log_completions)
+        self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
+        self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
+        self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
+                                         s.kl_horizon)
+        self.eval_start: dict | None = None
+        self.current_flos = 0
+        world = self.accelerator.num_processes
+        if s.batch_size % world:
+            raise ValueError(f"ppo.batch_size ({s.batch_size}) must be divisible by the {world} processes")
+        self.local_batch = s.batch_size // world
+        disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
+
+    # --- state rlft keeps in each checkpoint ---------------------------------------------------
+    def rlft_extra_state(self) -> dict:
+        return {"eval_start": self.eval_start}
+
+    def load_rlft_extra_state(self, state: dict) -> None:
+        self.eval_start = state.get("eval_start")
+        if self.eval_start is not None:
+            self.eval_out["start"] = self.eval_start
+
+    @property
+    def policy(self):
+        return self.accelerator.unwrap_model(self.model).policy
+
+    # --- saving: PEFT adapter (or full model) + value head --------------------------------------
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        output_dir = output_dir or self.args.output_dir
+        self.accelerator.wait_for_everyone()
+        if not self.args.should_save:
+            return
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        unwrapped.policy.save_pretrained(output_dir)
+        unwrapped.save_value_head(output_dir)
+
+    def _load_checkpoint(self, ckpt: str) -> None:
+        from safetensors.torch import load_file
+
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        adapter = Path(ckpt) / "adapter_model.safetensors"
+        if adapter.is_file():
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(unwrapped.policy, load_file(str(adapter)))
+        else:
+            unwrapped.policy.load_state_dict(load_file(str(Path(ckpt) / "model.safetensors")), strict=False)
+        unwrapped.load_value_head(ckpt)
+        self._load_optimizer_and_scheduler(ckpt)
+        self._load_rng_state(ckpt)
+        self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+
+    # --- sampling ----------------------------------------------------------------------------
+    def _rows_for_update(self, update: int) -> list[dict]:
+        """This process's prompts for an update: a fresh seeded permutation per pass over the data,
+        a pure function of the update index so a resumed run samples the same prompts."""
+        n = len(self.train_rows)
+        first = update * self.settings.batch_size + self.accelerator.process_index * self.local_batch
+        rows = []
+        for e in range(first, first + self.local_batch):
+            epoch, i = divmod(e, n)
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.settings.seed + epoch))
+            rows.append(self.train_rows[int(perm[i])])
+        return rows
+
+    def _params(self) -> SamplingParams:
+        st = self.settings
+        return SamplingParams(temperature=st.temperature, top_p=st.top_p, max_new_tokens=st.max_tokens)
+
+    def _sample(self, rows: list[dict]) -> dict:
+        """One completion per row through the rollout layer, laid out for the learner's forward pass."""
+        device = self.accelerator.device
+        r = sample(self.policy, self.processing_class, [row["prompt"] for row in rows], 1, self._params(),
+                   prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
+        prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
+        completion_ids = r.completion_ids_BT.to(device)
+        attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
+        position_ids = (attn.cumsum(1) - 1).clamp_min(0)  # as generate() numbers positions
+        return {"rollouts": r, "input_ids": torch.cat([prompt_ids, completion_ids], dim=1), "attention_mask": attn,
+                "position_ids": position_ids, "prompt_len": prompt_ids.shape[1],
+                "mask": r.completion_mask_BT.to(device).float(), "logp_sampler": r.logprobs_BT.to(device)}
+
+    def _score(self, rows: list[dict], rollouts, count: bool = True):
+        columns = {k: [row.get(k) for row in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+        scores = score(rollouts, self.reward_suite, columns, count=count)  # may stop the run (failure guard)
+        totals = torch.tensor([float("nan") if t is None else t for t in scores.total], device=self.accelerator.device)
+        return scores, totals
+
+    def _forward(self, model, batch: dict, idx=None, with_values: bool = True):
+        """Per-token log-probs, values and logits of the completion tokens (position t-1 predicts t)."""
+        sl = slice(None) if idx is None else idx
+        ids, attn, pos = batch["input_ids"][sl], batch["attention_mask"][sl], batch["position_ids"][sl]
+        P = batch["prompt_len"]
+        if with_values:
+            logits, values = model(input_ids=ids, attention_mask=attn, position_ids=pos)
+            values_BT = values[:, P - 1:-1]
+        else:
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits
+            values_BT = None
+        logits_BTV = logits[:, P - 1:-1].float() / self.settings.temperature
+        logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+        logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
+        return logp_BT, values_BT, logits_BTV, logp_BTV
+
+    @torch.no_grad()
+    def _reference_logps(self, batch: dict):
+        if self.ref_model is not None:
+            return self._forward(self.ref_model, batch, with_values=False)
+        policy = self.policy
+        if hasattr(policy, "disable_adapter"):
+            with policy.disable_adapter():
+                return self._forward(policy, batch, with_values=False)
+        return None  # full fine-tuning with no reference checkpoint: no KL penalty
+
+    # --- one update ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, update: int) -> dict:
+        s = self.settings
+        rows = self._rows_for_update(update)
+        batch = self._sample(rows)
+        batch["scores"], scores_B = self._score(rows, batch["rollouts"])
+        reward_metrics = self.reward_suite.metrics()
+        mask = batch["mask"]
+        logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
+        ref = self._reference_logps(batch) if s.init_kl_coef > 0 or self.ref_model is not None else None
+        if ref is not None:
+            logp_ref, _, _, logp_ref_BTV = ref
+            kl_BT = kl_penalty_per_token(logp_old, logp_ref, s.kl_penalty, logp_old_BTV, logp_ref_BTV)
+            kl_policy_ref = masked_mean(logp_old - logp_ref, mask)  # per-token mean log-ratio, as GRPO logs it
+        else:
+            kl_BT = torch.zeros_like(logp_old)
+            kl_policy_ref = None
+        rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
+        adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, s.gamma, s.lam)
+        adv_BT = masked_whiten(adv_BT, mask)
+        batch.update(rows=rows, logp_old=logp_old, values_old=values_old * mask,
+                     advantages=adv_BT, returns=returns_BT)
+        valid = ~torch.isnan(scores_B)
+        batch["metrics"] = {
+            **reward_metrics,
+            "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
+            "kl_penalty": self._mean(masked_mean(kl_BT, mask)),
+            "kl_coef": self.kl_ctl.value,
+            "advantage_mean": self._mean(masked_mean(adv_BT, mask)),
+            "return_mean": self._mean(masked_mean(returns_BT, mask)),
+            "value_mean": self._mean(masked_mean(values_old, mask)),
+            "explained_variance": explained_variance(values_old * mask, returns_BT, mask),
+            "completion_length": self._mean(mask.sum(1).mean()),
+            "frac_unscored": self._mean((~valid).float().mean()),
+            **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
+        }
+        return batch
+
+    def optimize(self, batch: dict) -> dict:
+        """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
+        s, model, acc = self.settings, self.model, self.accelerator
+        n = self.local_batch
+        mb = min(s.mini_batch_size, n)
+        accum = s.minibatches_per_step
+        sums: dict[str, float] = {}
+        count = 0
+        grad_norms = []
+        gen = torch.Generator().manual_seed(s.seed * 100003 + self.state.global_step)
+        model.train()
+        for _ in range(s.ppo_epochs):
+            order = torch.randperm(n, generator=gen).to(acc.device)
+            minibatches = [order[i:i + mb] for i in range(0, n, mb)]
+            for k, idx in enumerate(minibatches):
+                logp, values, logits_BTV, _ = self._forward(model, batch, idx)
+                mask = batch["mask"][idx]
+                loss, m = ppo_loss(logp, batch["logp_old"][idx], batch["advantages"][idx], values * mask,
+                                   batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV),
+                                   mask, clip_range=s.clip_range, clip_range_value=s.cliprange_value,
+                                   vf_coef=s.vf_coef, ent_coef=s.ent_coef)
+                m["loss"] = float(loss.detach())
+                acc.backward(loss / accum)
+                last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
+                if last_in_step:
+                    grad_norm = acc.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+                    grad_norms.append(float(grad_norm))
+                    self.optimizer.step()
+                    self.lr_scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                for key, v in m.items():
+                    sums[key] = sums.get(key, 0.0) + v
+                count += 1
+        out = {k: self._mean(torch.tensor(v / count)) for k, v in sums.items()}
+        out["grad_norm"] = sum(grad_norms) / len(grad_norms)
+        out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
+        return out
+
+    def _mean(self, x) -> float:
+        """Mean over processes of a scalar."""
+        t = torch.as_tensor(x, dtype=torch.float32, device=self.accelerator.device).reshape(1)
+        if self.accelerator.num_processes > 1:
+            t = self.accelerator.gather(t)
+        return float(t.mean())
+
+    # --- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_reward(self) -> dict | None:
+        """Mean total reward of one fresh sample per evaluation prompt, with a fixed seed and the
+        training RNG left untouched (so evaluating never changes what training samples)."""
+        if not self.eval_rows:
+            return None
+        rows = self.eval_rows
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.settings.seed + 7919)
+            batch = self._sample(rows)
+        _, totals = self._score(rows, batch["rollouts"], count=False)
+        self.reward_suite.metrics()  # evaluation scores stay out of the training window
+        valid = totals[~torch.isnan(totals)]
+        return {"reward_mean": round(float(valid.mean()), 6) if valid.numel() else None, "n": int(valid.numel()),
+                "prompts": len(rows)}
+
+    def _write_completions(self, batch: dict) -> None:
+        if not self.accelerator.is_main_process:
+            return
+        mask = batch["mask"]
+        adv_B = (batch["advantages"] * mask).sum(1) / mask.sum(1).clamp_min(1)
+        self.completion_log.write_rollouts(self.state.global_step, batch["rollouts"], batch["scores"],
+                                           advantages=[round(float(a), 6) for a in adv_B],
+                                           extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]]})
+
+    # --- the loop ------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | None = None, **kwargs):
+        s, args = self.settings, self.args
+        self.create_optimizer_and_scheduler(num_training_steps=s.num_updates * s.optimizer_steps_per_update)
+        self.model, self.optimizer, self.lr_scheduler = self.accelerator.prepare(
+            self.model, self.optimizer, self.lr_scheduler)
+        self.model_wrapped = self.model
+        self.state = self._fresh_state()
+        if resume_from_checkpoint:
+            self._load_checkpoint(resume_from_checkpoint)
+        self.state.max_steps = s.num_updates
+        self.state.logging_steps, self.state.save_steps = s.log_every, s.save_every
+        self.state.is_local_process_zero = self.is_local_process_zero()
+        self.state.is_world_process_zero = self.is_world_process_zero()
+        self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+        while self.state.global_step < s.num_updates:
+            if self.eval_start is None and self.state.global_step == 0:
+                self.eval_start = self.evaluate_reward()
+                if self.eval_start is not None:
+                    self.eval_out["start"] = self.eval_start
+            self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
+            batch = self.rollout(self.state.global_step)
+            metrics = {**batch.pop("metrics"), **self.optimize(batch)}
+            kl = metrics.get("kl_policy_ref")
+            if kl is not None:  # Ziegler et al.: n_steps = episodes in this update
+                self.kl_ctl.update(kl, s.batch_size)
+            self.state.global_step += 1
+            episodes = self.state.global_step * s.batch_size
+            metrics["episodes"] = episodes
+            self.state.epoch = episodes / max(len(self.train_rows), 1)
+            self._write_completions(batch)
+            self.control = self.callback_handler.on_step_end(args, self.state, self.control)
+            last = self.state.global_step == s.num_updates
+            if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
+                self.log(metrics)
+            if self.state.global_step % s.eval_every == 0 and not last and self.eval_rows:
+                self.log({"eval_reward": self.evaluate_reward()["reward_mean"]})
+            if self.state.global_step % s.save_every == 0 or self.control.should_save:
+                self._save_checkpoint(self.model, trial=None)
+                self.control = self.callback_handler.on_save(args, self.state, self.control)
+                self.control.should_save = False
+            if self.control.should_training_stop:
+                break
+        if self.state.global_step >= s.num_updates and self.eval_rows:
+            self.eval_out["end"] = self.evaluate_reward()
+        self.control = self.callback_handler.on_train_end(args, self.state, self.control)
+        return self.state
+
+    def _fresh_state(self) -> TrainerState:
+        from transformers.trainer_callback import ExportableState
+
+        exportable = [cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)]
+        return TrainerState(is_local_process_zero=self.is_local_process_zero(),
+                            is_world_process_zero=self.is_world_process_zero(), stateful_callbacks=exportable)

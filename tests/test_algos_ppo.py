@@ -1,0 +1,149 @@
+"""PPO math against hand-computed numbers."""
+
+import math
+
+import pytest
+import torch
+
+from rlft.algos import (
+    clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae, kl_penalty_per_token,
+    last_token_index, masked_whiten, ppo_loss, shape_rewards,
+)
+
+T = torch.tensor
+
+
+def test_gae_three_tokens_by_hand():
+    # t=2: d=1-0.7=0.3, A=0.3; t=1: d=0.9*0.7-0.6=0.03, A=0.03+0.72*0.3=0.246;
+    # t=0: d=0.9*0.6-0.5=0.04, A=0.04+0.72*0.246=0.21712
+    adv, ret = gae(T([[0.0, 0.0, 1.0]]), T([[0.5, 0.6, 0.7]]), T([[1, 1, 1]]), gamma=0.9, lam=0.8)
+    assert adv.tolist()[0] == pytest.approx([0.21712, 0.246, 0.3])
+    assert ret.tolist()[0] == pytest.approx([0.71712, 0.846, 1.0])
+
+
+def test_gae_skips_masked_tokens():
+    # the middle token is an observation: its value and reward are ignored and the chain carries over it
+    # t=2: A=0.3; t=0: d=0.9*0.7-0.5=0.13, A=0.13+0.72*0.3=0.346
+    adv, ret = gae(T([[0.0, 5.0, 1.0]]), T([[0.5, 9.0, 0.7]]), T([[1, 0, 1]]), gamma=0.9, lam=0.8)
+    assert adv.tolist()[0] == pytest.approx([0.346, 0.0, 0.3])
+    assert ret.tolist()[0] == pytest.approx([0.846, 0.0, 1.0])
+    # trailing padding: V after the last action token is 0
+    adv, _ = gae(T([[0.0, 1.0, 0.0]]), T([[0.5, 0.6, 0.9]]), T([[1, 1, 0]]), gamma=0.9, lam=0.8)
+    assert adv.tolist()[0] == pytest.approx([0.328, 0.4, 0.0])
+
+
+def test_gae_gamma_lam_one_is_reward_to_go_minus_value():
+    g = torch.Generator().manual_seed(0)
+    r, v = torch.randn(3, 6, generator=g), torch.randn(3, 6, generator=g)
+    mask = torch.ones(3, 6)
+    adv, ret = gae(r, v, mask, gamma=1.0, lam=1.0)
+    to_go = r.flip(1).cumsum(1).flip(1)
+    assert torch.allclose(adv, to_go - v, atol=1e-6)
+    assert torch.allclose(ret, to_go, atol=1e-6)
+
+
+def test_gae_lam_zero_is_one_step_td():
+    adv, _ = gae(T([[0.0, 1.0]]), T([[0.2, 0.4]]), T([[1, 1]]), gamma=0.5, lam=0.0)
+    assert adv.tolist()[0] == pytest.approx([0.5 * 0.4 - 0.2, 1.0 - 0.4])
+
+
+def test_masked_whiten():
+    x, mask = T([[1.0, 2.0, 3.0, 100.0]]), T([[1, 1, 1, 0]])
+    w = masked_whiten(x, mask)  # mean 2, Bessel variance 1
+    assert w.tolist()[0] == pytest.approx([-1.0, 0.0, 1.0, 0.0], abs=1e-6)
+    assert masked_whiten(x, mask, shift_mean=False).tolist()[0] == pytest.approx([1.0, 2.0, 3.0, 0.0], abs=1e-6)
+
+
+def test_shape_rewards_puts_score_on_last_action_token():
+    kl = T([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+    mask = T([[1, 1, 0], [1, 1, 1]])
+    assert last_token_index(mask).tolist() == [1, 2]
+    r = shape_rewards(T([2.0, 1.0]), kl, mask, kl_coef=0.5)
+    assert r.tolist()[0] == pytest.approx([-0.05, 1.9, 0.0])
+    assert r.tolist()[1] == pytest.approx([-0.2, -0.25, 0.7])
+    # an unscored episode (NaN) gets the KL part only
+    r = shape_rewards(T([float("nan")]), T([[0.1, 0.1]]), T([[1, 1]]), kl_coef=1.0)
+    assert r.tolist()[0] == pytest.approx([-0.1, -0.1])
+
+
+def test_kl_estimators():
+    lp, ref = T([[-1.0, -2.0]]), T([[-1.5, -1.5]])
+    assert kl_penalty_per_token(lp, ref, "kl").tolist()[0] == pytest.approx([0.5, -0.5])
+    assert kl_penalty_per_token(lp, ref, "abs").tolist()[0] == pytest.approx([0.5, 0.5])
+    assert kl_penalty_per_token(lp, ref, "mse").tolist()[0] == pytest.approx([0.125, 0.125])
+    full_p = torch.log(T([[[0.5, 0.5]]]))
+    full_ref = torch.log(T([[[0.25, 0.75]]]))
+    kl = kl_penalty_per_token(lp[:, :1], ref[:, :1], "full", full_p, full_ref)
+    assert kl.item() == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(0.5 / 0.75))
+    with pytest.raises(ValueError, match="full"):
+        kl_penalty_per_token(lp, ref, "full")
+    with pytest.raises(ValueError, match="allowed"):
+        kl_penalty_per_token(lp, ref, "k9")
+
+
+def test_clipped_surrogate_by_hand():
+    # r=1.5,A=1 -> max(-1.5,-1.2)=-1.2 (clipped); r=0.5,A=-1 -> max(0.5,0.8)=0.8 (clipped); r=1,A=2 -> -2
+    logp = torch.log(T([[1.5, 0.5, 1.0]]))
+    loss, m = clipped_surrogate(logp, torch.zeros(1, 3), T([[1.0, -1.0, 2.0]]), torch.ones(1, 3), 0.2)
+    assert loss.item() == pytest.approx((-1.2 + 0.8 - 2.0) / 3)
+    assert m["clipfrac"] == pytest.approx(2 / 3)
+    assert m["approx_kl"] == pytest.approx((0.5 * math.log(1.5) ** 2 + 0.5 * math.log(0.5) ** 2) / 3)
+
+
+def test_clipped_value_loss_by_hand():
+    # V_clip = [0.7, 0.3]; (V-G)^2 = [1, 0]; (Vc-G)^2 = [1.69, 0.09]; 0.5 * mean(max) = 0.445
+    loss, m = clipped_value_loss(T([[1.0, 0.0]]), T([[0.5, 0.5]]), T([[2.0, 0.0]]), torch.ones(1, 2), 0.2)
+    assert loss.item() == pytest.approx(0.445)
+    assert m["value_clipfrac"] == 1.0
+
+
+def test_entropy_and_explained_variance():
+    assert entropy_from_logits(torch.zeros(1, 1, 4)).item() == pytest.approx(math.log(4))
+    g = T([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3)
+    assert explained_variance(g, g, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.full_like(g, 2.0), g, mask) == pytest.approx(0.0)
+
+
+def _toy_policy(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(5, 7, generator=g).requires_grad_(True)
+    x = torch.randn(2, 3, 5, generator=g)
+    tokens = torch.randint(0, 7, (2, 3), generator=g)
+    adv = torch.randn(2, 3, generator=g)
+    mask = T([[1, 1, 1], [1, 1, 0]])
+
+    def logp_and_logits():
+        logits = x @ w
+        return torch.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1), logits
+    return w, logp_and_logits, adv, mask
+
+
+def test_first_ppo_step_equals_policy_gradient():
+    """ppo_epochs=1, one minibatch: the ratio is 1, the clip never acts, and the gradient is that of
+    the plain policy-gradient loss -mean(A * log pi)."""
+    w, fwd, adv, mask = _toy_policy()
+    logp, _ = fwd()
+    loss, m = clipped_surrogate(logp, logp.detach(), adv, mask, 0.2)
+    (g_ppo,) = torch.autograd.grad(loss, w)
+    logp, _ = fwd()
+    pg = -(adv * logp * mask).sum() / mask.sum()
+    (g_pg,) = torch.autograd.grad(pg, w)
+    assert torch.allclose(g_ppo, g_pg, atol=1e-7)
+    assert m["clipfrac"] == 0.0
+
+
+def test_loss_with_zero_coefs_is_the_clipped_surrogate():
+    w, fwd, adv, mask = _toy_policy(1)
+    logp, logits = fwd()
+    old = (logp + 0.3 * torch.randn_like(logp)).detach()  # some tokens clipped
+    values = torch.randn(2, 3, requires_grad=True)
+    total, m = ppo_loss(logp, old, adv, values, values.detach() + 1, torch.randn(2, 3),
+                        entropy_from_logits(logits), mask, clip_range=0.2, clip_range_value=0.2, vf_coef=0.0,
+                        ent_coef=0.0)
+    (g_total,) = torch.autograd.grad(total, w, retain_graph=True)
+    surrogate, _ = clipped_surrogate(logp, old, adv, mask, 0.2)
+    (g_surr,) = torch.autograd.grad(surrogate, w)
+    assert total.item() == pytest.approx(surrogate.item())
+    assert torch.allclose(g_total, g_surr)
+    assert m["policy_loss"] == pytest.approx(surrogate.item())

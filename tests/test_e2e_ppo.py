@@ -1,0 +1,104 @@
+"""End-to-end PPO runs through the CLI on the built-in tiny model (CPU)."""
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, read_jsonl, run_cli
+
+pytestmark = pytest.mark.e2e
+DEMO = "configs/examples/ppo_demo.yaml"
+REQUIRED = ["step", "reward", "reward_std", "rewards/char_fraction/mean", "loss", "policy_loss", "value_loss",
+            "entropy", "approx_kl", "clipfrac", "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef",
+            "advantage_mean", "return_mean", "completion_length", "episodes", "grad_norm", "learning_rate"]
+
+
+def test_demo_learns(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert [r["step"] for r in rows] == list(range(1, 51))
+    assert [r["episodes"] for r in rows][-1] == 800
+    evals = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" in r]
+    assert [r["step"] for r in evals] == [25]
+    first = statistics.fmean(r["reward"] for r in rows[:10])
+    last = statistics.fmean(r["reward"] for r in rows[-10:])
+    assert first < 0.2 and last > 0.7, (first, last)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 50
+    start, end = summary["eval"]["start"]["reward_mean"], summary["eval"]["end"]["reward_mean"]
+    assert end > start + 0.5, (start, end)
+    final = out / "final"
+    assert (final / "adapter_config.json").is_file() and (final / "value_head.safetensors").is_file()
+    # the adapter loads with PEFT alone
+    from peft import AutoPeftModelForCausalLM
+
+    AutoPeftModelForCausalLM.from_pretrained(str(final))
+
+
+def test_kl_estimators_and_adaptive_controller(tmp_path):
+    for kind in ("kl", "abs", "mse", "full"):
+        out = tmp_path / kind
+        res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                      "ppo.num_episodes=48", "ppo.init_kl_coef=0.05", "ppo.adaptive_kl=true", f"ppo.kl_penalty={kind}",
+                      "ppo.kl_horizon=100", "monitor.on_critical=warn")
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+        assert len(rows) == 3
+        for row in rows:
+            missing = [k for k in REQUIRED if k not in row or row[k] is None]
+            assert not missing, missing
+        assert rows[0]["kl_coef"] == 0.05 and rows[-1]["kl_coef"] != 0.05  # the controller moved it
+        if kind in ("abs", "mse", "full"):
+            assert all(r["kl_penalty"] >= 0 for r in rows)
+
+
+def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
+    short = ["ppo.num_episodes=128", "ppo.save_interval=32", "ppo.init_kl_coef=0.05", "ppo.adaptive_kl=true",
+             "ppo.kl_horizon=100", "monitor.on_critical=warn"]
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO,
+                             f"train.output_dir={out}", *short], cwd=ROOT, env={**os.environ},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r)
+    assert stopped_at < 8
+    state = json.loads((out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_state.json").read_text())
+    assert state["kl_controller"]["value"] != 0.05
+
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *short, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"from step {stopped_at} to step 8" in res.stderr
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+
+    ref = tmp_path / "ref"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={ref}", *short)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ref_rows = [r for r in read_jsonl(ref / "metrics.jsonl") if "eval_reward" not in r]
+    for a, b in zip(rows, ref_rows):  # same episodes, same kl_coef after the resume
+        assert a["reward"] == b["reward"] and a["kl_coef"] == b["kl_coef"], (a["step"], a, b)
+    from safetensors.torch import load_file
+
+    for name in ("adapter_model.safetensors", "value_head.safetensors"):
+        x, y = load_file(str(out / "final" / name)), load_file(str(ref / "final" / name))
+        assert x.keys() == y.keys()
+        assert all((x[k] == y[k]).all() for k in x), name  # bit-exact
+    s1, s2 = (json.loads((d / "summary.json").read_text()) for d in (out, ref))
+    assert s1["eval"] == s2["eval"]
+
+    again = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *short, "--resume")
+    assert again.returncode == 2 and "nothing left to do" in again.stderr

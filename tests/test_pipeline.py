@@ -1,0 +1,167 @@
+"""Pipelines: the file format, per-stage layering, validation naming stage/key/line (no torch), and,
+through the CLI, a run killed in its second stage and resumed as a whole."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, read_jsonl, run_cli
+from rlft.config import ConfigError
+from rlft.pipeline.spec import check_pipeline, load_pipeline
+
+EXAMPLES = ROOT / "configs" / "examples"
+
+
+def write(tmp_path, text, name="pipe.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+THREE = """name: three
+defaults:
+  train:
+    learning_rate: 1.0e-4
+    max_steps: 5
+  data:
+    train: demo
+  rewards:
+    - fn: char_fraction
+stages:
+  - stage: orpo
+    config: {orpo}
+  - stage: dpo
+    name: prefs
+    config: {dpo}
+    train:
+      learning_rate: 5.0e-5
+  - stage: grpo
+    config: {grpo}
+"""
+
+
+def three(tmp_path):
+    return write(tmp_path, THREE.format(orpo=EXAMPLES / "orpo_demo.yaml", dpo=EXAMPLES / "dpo_demo.yaml",
+                                        grpo=EXAMPLES / "grpo_demo.yaml"))
+
+
+def test_layers_defaults_files_entry_overrides(tmp_path):
+    pipe = load_pipeline(three(tmp_path))
+    assert [(e.index, e.stage, e.name, e.folder) for e in pipe.stages] == [
+        (1, "orpo", "orpo", "01-orpo"), (2, "dpo", "prefs", "02-dpo"), (3, "grpo", "grpo", "03-grpo")]
+    checked = check_pipeline(pipe, ["train.seed=7", "stages.prefs.train.max_steps=9", "stages.3.grpo.group_size=4"], "cpu")
+    cfgs = {e.index: (cfg, composed) for e, cfg, composed, _ in checked}
+    # the example files set learning rates, so they win over `defaults`; the entry wins over its files
+    assert cfgs[1][0].train.learning_rate == 5e-3 and cfgs[2][0].train.learning_rate == 5e-5
+    assert cfgs[2][1].layer_of("train.learning_rate") == f"{tmp_path / 'pipe.yaml'}:17"
+    assert [cfgs[i][0].train.seed for i in (1, 2, 3)] == [7, 7, 7]
+    assert cfgs[2][0].train.max_steps == 9 and cfgs[1][0].train.max_steps == 30  # orpo_demo.yaml sets 30
+    assert cfgs[3][0].grpo.group_size == 4
+    assert cfgs[3][0].train.output_dir == str(Path("runs/three/03-grpo"))
+    assert cfgs[3][0].model.init_from is None  # stage 2 has not run yet: set at run time
+
+
+def test_errors_name_stage_key_and_line(tmp_path):
+    path = write(tmp_path, f"""stages:
+  - stage: orpo
+    config: {EXAMPLES / 'orpo_demo.yaml'}
+    train:
+      lerning_rate: 1.0
+  - stage: grpo
+    config: {EXAMPLES / 'grpo_demo.yaml'}
+    grpo:
+      group_size: 1
+  - stage: nope
+""")
+    with pytest.raises(ConfigError) as exc:
+        check_pipeline(load_pipeline(path), [], "cpu")
+    assert "stages[3].stage" in str(exc.value) and "unknown stage `nope`" in str(exc.value)
+    path.write_text(path.read_text().rsplit("  - stage: nope", 1)[0])
+    with pytest.raises(ConfigError) as exc:
+        check_pipeline(load_pipeline(path), ["stages.9.train.seed=1"], "cpu")
+    text = str(exc.value)
+    assert f"stage 1 (orpo): error: train.lerning_rate ({path}:5): unknown key; did you mean `train.learning_rate`?" in text
+    assert f"stage 2 (grpo): error: grpo.group_size ({path}:9): 1 is out of range" in text
+    assert "no stage `9` in the pipeline" in text
+
+
+def test_validate_cli_imports_no_torch(tmp_path):
+    code = ("import sys; from typer.testing import CliRunner; from rlft.cli import app; "
+            f"r = CliRunner().invoke(app, ['pipeline', 'validate', {str(three(tmp_path))!r}]); "
+            "print(r.output); assert r.exit_code == 0, r.output; "
+            "heavy = [m for m in ('torch', 'transformers', 'trl') if m in sys.modules]; assert not heavy, heavy")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "pipeline OK: three: orpo -> dpo -> grpo" in res.stdout
+
+
+def test_tool_use_example_validates_with_the_guides_rates():
+    res = run_cli("pipeline", "show", EXAMPLES / "pipeline_tool_use.yaml", "--hw", "a100")
+    assert res.returncode == 0, res.stderr
+    rates = [float(line.split(":")[1].split("#")[0]) for line in res.stdout.splitlines()
+             if line.strip().startswith("learning_rate:")]
+    assert rates == [5e-6, 3e-6, 1e-6]  # falling stage by stage (staged guide)
+    assert "reference: none (orpo uses no reference model)" in res.stdout
+    assert "starts from stage 2 (rs_sft)" in res.stdout and "the model this stage starts from" in res.stdout
+
+
+@pytest.mark.e2e
+def test_pipeline_killed_in_stage_two_resumes(tmp_path):
+    path = write(tmp_path, f"""name: demo
+output_dir: {tmp_path / 'runs'}
+stages:
+  - stage: orpo
+    config: {EXAMPLES / 'orpo_demo.yaml'}
+    train: {{max_steps: 4}}
+  - stage: grpo
+    config: {EXAMPLES / 'grpo_demo.yaml'}
+    train: {{max_steps: 8, save_steps: 2}}
+    grpo: {{kl_penalty_coef: 0.05}}
+""")
+    runs = tmp_path / "runs"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "pipeline", "run", str(path)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while not (runs / "02-grpo" / "checkpoints" / "checkpoint-2" / "rlft_complete").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() is not None else "timeout"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert f"rlft pipeline run {path} --resume" in err
+    summary = json.loads((runs / "pipeline_summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert [s["status"] for s in summary["stages"]] == ["finished", "interrupted"]
+    stage1 = {p: p.stat().st_mtime_ns for p in (runs / "01-orpo").rglob("*")}
+
+    res = run_cli("pipeline", "run", path, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "stage 1 (orpo) finished earlier" in res.stderr and "resuming grpo" in res.stderr
+    assert {p: p.stat().st_mtime_ns for p in (runs / "01-orpo").rglob("*")} == stage1  # untouched
+    steps = [r["step"] for r in read_jsonl(runs / "02-grpo" / "metrics.jsonl")]
+    assert steps[-1] == 8
+    saved = (runs / "02-grpo" / "config.yaml").read_text()
+    assert f"init_from: {runs / '01-orpo'}" in saved and "ref: init" in saved
+    summary = json.loads((runs / "pipeline_summary.json").read_text())
+    assert summary["status"] == "finished" and [s["status"] for s in summary["stages"]] == ["finished", "finished"]
+    assert all(s["wall_s"] > 0 for s in summary["stages"])
+
+
+@pytest.mark.e2e
+def test_pipeline_demo_runs(tmp_path):
+    res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    root = tmp_path / "runs" / "pipeline_demo"
+    summary = json.loads((root / "pipeline_summary.json").read_text())
+    assert [s["status"] for s in summary["stages"]] == ["finished"] * len(summary["stages"])
+    for stage in summary["stages"]:
+        assert json.loads((tmp_path / stage["dir"] / "summary.json").read_text())["status"] == "finished"
+    saved = (root / "02-grpo" / "config.yaml").read_text()
+    assert "init_from:" in saved and "01-orpo" in saved

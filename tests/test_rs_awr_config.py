@@ -1,0 +1,52 @@
+"""RS-SFT and AWR config keys through `rlft validate-config`: the keep rule, rounds, the AWR
+baseline, and the group-mean-with-one-sample error."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlft.config.schema import leaf_specs
+from tests.test_cli_validate import _in_tmp, cli, one_error, problems  # noqa: F401  (fixture)
+
+
+def test_awr_one_sample_with_group_mean_is_an_error():
+    key, layer, msg = one_error("--stage", "awr", "awr.num_samples_per_prompt=1")
+    assert (key, layer) == ("awr.num_samples_per_prompt", "command line")
+    assert "group_mean" in msg and "global_mean" in msg
+
+
+def test_awr_one_sample_with_global_mean_is_fine():
+    result = cli("validate-config", "--stage", "awr", "awr.num_samples_per_prompt=1", "awr.baseline=global_mean")
+    assert result.exit_code == 0, result.output
+    assert problems(result) == []
+
+
+@pytest.mark.parametrize("override, allowed", [
+    ("rs_sft.keep=top", "one of best, above_threshold"),
+    ("rs_sft.rounds=0", "between 1 and 100"),
+    ("awr.baseline=leave_one_out", "one of group_mean, global_mean"),
+])
+def test_rs_awr_choices(override, allowed):
+    stage = override.partition(".")[0]
+    key, layer, msg = one_error("--stage", stage, override)
+    assert key == override.split("=")[0] and allowed in msg
+
+
+def test_advantage_beta_help_says_beta_multiplies():
+    text = leaf_specs()["awr.advantage_beta"].help
+    assert "exp(beta * advantage" in text and "1/tau" in text
+    assert "advantage / beta" not in text
+
+
+def test_awr_ess_rule_warns_below_threshold_for_awr_only():
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from rlft.config.schema import MonitorConfig
+    from rlft.monitor.health import evaluate_rules
+
+    fire = lambda stage, ess: [f.rule for f in evaluate_rules({"ess": ess}, SimpleNamespace(stage=stage, monitor=MonitorConfig()))]  # noqa: E731
+    assert fire("awr", 0.05) == ["awr_ess"]
+    assert fire("awr", 0.2) == [] and fire("rs_sft", 0.05) == [] and fire("grpo", 0.05) == []
+    f = evaluate_rules({"ess": 0.05}, SimpleNamespace(stage="awr", monitor=MonitorConfig()))[0]
+    assert f.level == "warning" and f.threshold == 0.1

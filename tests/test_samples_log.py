@@ -1,0 +1,46 @@
+"""samples.jsonl bookkeeping of RS-SFT / AWR: resume after the last complete prompt, a cut line,
+the decision rewrite."""
+
+import json
+
+from rlft.stages.samples_log import SamplesLog
+
+
+def _rows(round_, pid, n=2, total=0.5):
+    return [{"round": round_, "prompt_id": pid, "sample": g, "prompt": f"p{pid}", "completion": f"c{g}",
+             "rewards": {"r": total}, "total": total} for g in range(n)]
+
+
+def test_resume_point_skips_incomplete_prompt_and_cut_line(tmp_path):
+    log = SamplesLog(tmp_path / "samples.jsonl", samples_per_prompt=2)
+    log.append(_rows(1, 0) + _rows(1, 1))
+    log.append(_rows(1, 2)[:1])  # killed after one sample of prompt 2
+    with open(log.path, "a") as f:
+        f.write('{"round": 1, "prompt_id": 2, "sam')  # and in the middle of a line
+    assert log.prompts_done(1) == 2
+    assert log.start_round(1) == 2
+    rows = [json.loads(x) for x in log.path.read_text().splitlines()]
+    assert [(r["prompt_id"], r["sample"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    log.append(_rows(1, 2))
+    assert log.prompts_done(1) == 3 and not log.decided(1)
+
+
+def test_decide_marks_round_and_keeps_other_rounds(tmp_path):
+    log = SamplesLog(tmp_path / "samples.jsonl", samples_per_prompt=2)
+    log.append(_rows(1, 0) + _rows(1, 1))
+    rows = log.round_rows(1)
+    log.decide(1, [{**r, "kept": r["sample"] == 0} for r in rows])
+    assert log.decided(1)
+    log.start_round(2)
+    log.append(_rows(2, 0, total=0.9))
+    assert log.decided(1) and not log.decided(2)
+    assert [r["kept"] for r in log.round_rows(1)] == [True, False, True, False]
+    assert [r["total"] for r in log.round_rows(2)] == [0.9, 0.9]
+
+
+def test_duplicate_prompt_last_copy_wins(tmp_path):
+    log = SamplesLog(tmp_path / "samples.jsonl", samples_per_prompt=2)
+    log.append(_rows(1, 0, total=0.1))
+    log.append(_rows(1, 0, total=0.7))
+    assert [r["total"] for r in log.round_rows(1)] == [0.7, 0.7]
+    assert log.prompts_done(1) == 1
