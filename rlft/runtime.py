@@ -231,6 +231,8 @@ class RunContext:
 
     @property
     def resume_command(self) -> str:
+        if self.opts.resume_hint:
+            return self.opts.resume_hint
         return resume_command(self.run.root, self.opts.argv or ["--stage", self.cfg.stage])
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
