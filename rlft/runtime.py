@@ -45,6 +45,23 @@ def quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def tracker_env(report_to: list[str], run_root: Path, environ) -> dict[str, str]:
+    """Environment that sends the trackers' files into the run folder: TensorBoard event files to
+    `<run>/tensorboard/` (transformers would use checkpoints/runs/), wandb's local files to `<run>/`.
+    A value the user exported already wins (one rlft set for an earlier run in this process does not)."""
+    wanted = {}
+    if "tensorboard" in report_to:
+        wanted["TENSORBOARD_LOGGING_DIR"] = str(run_root / "tensorboard")
+    if "wandb" in report_to:
+        wanted["WANDB_DIR"] = str(run_root)
+    out = {k: v for k, v in wanted.items() if not environ.get(k) or environ.get(k) == _TRACKER_ENV_SET.get(k)}
+    _TRACKER_ENV_SET.update(out)
+    return out
+
+
+_TRACKER_ENV_SET: dict[str, str] = {}
+
+
 def _safetensors_problem(path: Path) -> str | None:
     """A safetensors file is an 8-byte header length, a JSON header, then the tensors it lists."""
     import struct
@@ -184,6 +201,7 @@ class RunContext:
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.steps = 0
+        self.max_steps: int | None = None
         self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
 
     # -- set-up --------------------------------------------------------------------------------
@@ -191,10 +209,11 @@ class RunContext:
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
         self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        os.environ.update(tracker_env(self.cfg.train.report_to, self.run.root, os.environ))
         try:
             if self.opts.resume:
                 if self.own_resume:
-                    self._check_resume_config()
+                    self._check_config()
                 else:
                     self.resume_from = self._resolve_resume()
         except BaseException:
@@ -237,19 +256,30 @@ class RunContext:
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
         """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
-        from rlft.monitor.summary import last_metrics, status_for, write_summary
+        from rlft.monitor.summary import last_metrics, print_summary, run_numbers, status_for, write_summary
 
         extra = {"exit_code": code if code is not None else 1}
         if error:
             extra["error"] = error[:2000]
+        if self.max_steps:
+            extra["max_steps"] = self.max_steps
+        saved = [(checkpoint_step(p), p) for p in self.run.complete_checkpoints()]
+        if self.run.final.is_dir():
+            saved.append((self.steps, self.run.final))
         try:
-            write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
-                          steps=self.steps, wall_s=time.monotonic() - self.started,
-                          last=last_metrics(self.run.metrics), eval=self.eval, **extra)
+            summary = write_summary(self.run.root / "summary.json", stage=self.cfg.stage, status=status_for(code),
+                                    steps=self.steps, wall_s=time.monotonic() - self.started,
+                                    last=last_metrics(self.run.metrics), eval=self.eval,
+                                    **extra, **run_numbers(self.run.root, saved))
         except OSError as e:
             print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
+            return
+        try:
+            print_summary(summary, self.run.root)
+        except (OSError, ValueError):  # a closed terminal must not turn a finished run into a failure
+            pass
 
-    def _check_resume_config(self) -> None:
+    def _check_config(self) -> None:
         """Resume with the config the run started with: list every changed key; refuse shape-changing ones,
         and the rest unless --allow-config-change (then they are applied)."""
         old = saved_config(self.run.root)
@@ -280,7 +310,7 @@ class RunContext:
         return good[-1]
 
     def _resolve_resume(self) -> Path | None:
-        self._check_resume_config()
+        self._check_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
@@ -348,12 +378,13 @@ class RunContext:
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
-        if hasattr(trainer, "rlft_state_dict"):
-            return trainer.rlft_state_dict()
-        state = {}
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None:
-            state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_state_dict"):  # the trainer knows its own (e.g. GRPO's KL controller state)
+            state = dict(trainer.rlft_state_dict())
+        else:
+            state = {}
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None:
+                state["kl_controller"] = kl_ctl.state_dict()
         if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
             state["trainer"] = trainer.rlft_extra_state()
         return state
@@ -367,8 +398,8 @@ class RunContext:
             kl_ctl = getattr(trainer, "kl_ctl", None)
             if kl_ctl is not None and "kl_controller" in self.extra_state:
                 kl_ctl.load_state_dict(self.extra_state["kl_controller"])
-            if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
-                trainer.load_rlft_extra_state(self.extra_state["trainer"])
+        if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
+            trainer.load_rlft_extra_state(self.extra_state["trainer"])
         self._apply_kl_changes(trainer)
 
     def _apply_kl_changes(self, trainer) -> None:
@@ -384,8 +415,11 @@ class RunContext:
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer, *, final: bool = True) -> int:
         """Train to the end; `final=False` (an intermediate round) leaves final/ unwritten."""
-        self.exit_code = self._train(trainer, tokenizer, final)
-        self.steps = trainer.state.global_step
+        try:
+            self.exit_code = self._train(trainer, tokenizer, final)
+        finally:
+            self.steps = trainer.state.global_step
+            self.max_steps = trainer.state.max_steps or None  # known once training started
         return self.exit_code
 
     def _train(self, trainer, tokenizer, final: bool = True) -> int:

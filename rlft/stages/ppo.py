@@ -7,27 +7,10 @@ trainer settings -> train -> final adapter + value_head.safetensors.
 
 from __future__ import annotations
 
-import math
-
 from rlft.config.compose import Composed
+from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-
-
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """An interval in episodes as whole PPO updates (batch_size episodes each), at least 1."""
-    return max(1, round(episodes / batch_size))
-
-
-def interval_note(cfg: RlftConfig) -> str:
-    """How the episode counts become updates, for `show-config --explain` and the run's first line."""
-    p = cfg.ppo
-    n = math.ceil(p.num_episodes / p.batch_size)
-    conv = [f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} update(s)"
-            for name in ("log_interval", "eval_interval", "save_interval")]
-    return (f"# ppo: {p.num_episodes} episodes / batch_size {p.batch_size} = {n} updates; " + "; ".join(conv)
-            + f"; each update = {p.ppo_epochs} epoch(s) x {p.batch_size // p.mini_batch_size} minibatch(es) of "
-            f"{p.mini_batch_size} episodes, an optimizer step every {cfg.train.gradient_accumulation_steps}")
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -88,7 +71,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.stages.prompt_data import prepare_prompt_data
 
@@ -98,8 +81,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                    max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
-    model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path, cfg)
+    tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     evals = eval_rows(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
@@ -109,7 +91,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.ppo import RlftPPOTrainer
 
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        model = load_causal_lm(model_path, cfg)
+        model = load_policy(cfg)
         if cfg.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_cfg = lora_config(cfg, model)
@@ -117,9 +99,9 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
         if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
-            ref = load_causal_lm(model_path, cfg).eval().requires_grad_(False)
+            ref = load_policy(cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
-            print(interval_note(cfg).lstrip("# "), file=sys.stderr)
+            print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
             model=wrapped,
             args=training_arguments(cfg, str(ctx.run.checkpoints)),

@@ -124,7 +124,7 @@ class SampledSFT:
 
     def _prepare_inputs(self) -> None:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
-        from rlft.models.loading import load_tokenizer, resolve_model_path
+        from rlft.models.loading import load_policy_tokenizer
         from rlft.rewards import RewardResolveError, build_reward_suite
         from rlft.stages.prompt_data import prepare_prompt_data
 
@@ -134,17 +134,16 @@ class SampledSFT:
                                             max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        self.model_path = resolve_model_path(cfg)
-        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
 
     def _run(self) -> int:
-        from rlft.models.loading import load_causal_lm
+        from rlft.models.loading import load_policy
 
         cfg, ctx = self.cfg, self.ctx
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
+        model, dataset = load_policy(cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
         eval_set = self._eval_set(dataset)
@@ -310,6 +309,13 @@ class SampledSFT:
         ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
         if ctx.resume_from is not None:
             self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
+        if self.opts.resume and ctx.rank == 0:  # steps after the resume point run again and log anew
+            from rlft.run import checkpoint_step
+            from rlft.runtime import drop_rows_after
+
+            done = step_offset + (checkpoint_step(ctx.resume_from) if ctx.resume_from is not None else 0)
+            for path in (ctx.run.metrics, ctx.run.health):
+                drop_rows_after(path, done)
         code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
         model = trainer.accelerator.unwrap_model(trainer.model)
         if code == 0 and r < self.rounds and trainer.args.should_save:
