@@ -38,6 +38,7 @@ class RunOptions:
     verbose: bool = False
     allow_config_change: bool = False
     argv: list = field(default_factory=list)  # the command's arguments, for the printed resume command
+    resume_hint: str | None = None  # the resume command when the run is part of something larger (a pipeline)
 
 
 class RunError(Exception):
@@ -277,19 +278,26 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
             raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
                            f"or --overwrite to replace it (or set train.output_dir)")
         old = aside_path(run.root)
-        if old.exists():
+        if old.exists() and run.replaced == old.resolve():
+            # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
+            # replaced stays in <name>.old until this run's first checkpoint
             held.release()
-            raise RunError(f"cannot --overwrite {run.root}: {old} already exists (kept by an earlier --overwrite "
-                           f"whose new run never wrote a checkpoint); delete or rename it first")
-        # Moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there.
-        run.root.rename(old)
-        held.moved_to(old)
+            shutil.rmtree(run.root)
+            print(f"rlft: --overwrite: removed {run.root} (an earlier replacement that wrote no checkpoint); "
+                  f"{old} is kept until this run writes its first checkpoint", file=sys.stderr)
+        elif old.exists():
+            held.release()
+            raise RunError(f"cannot --overwrite {run.root}: {old} already exists; delete or rename it first")
+        else:
+            # moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there
+            run.root.rename(old)
+            held.moved_to(old)
+            held.release()
+            print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
+                  f"first checkpoint", file=sys.stderr)
         run.root.mkdir(parents=True)
         run.lock = RunLock(run.root).acquire()
-        held.release()
         (run.root / REPLACES_NAME).write_text(str(old.resolve()) + "\n")
-        print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
-              f"first checkpoint", file=sys.stderr)
     else:
         run.root.mkdir(parents=True, exist_ok=True)
         run.lock = RunLock(run.root).acquire()

@@ -281,6 +281,8 @@ class RunContext:
 
     @property
     def resume_command(self) -> str:
+        if self.opts.resume_hint:
+            return self.opts.resume_hint
         return resume_command(self.run.root, self.opts.argv or ["--stage", self.cfg.stage])
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
@@ -423,13 +425,13 @@ class RunContext:
             return
         if hasattr(trainer, "load_rlft_state_dict"):
             trainer.load_rlft_state_dict(self.extra_state)
-            self._apply_kl_changes(trainer)
         else:
             kl_ctl = getattr(trainer, "kl_ctl", None)
             if kl_ctl is not None and "kl_controller" in self.extra_state:
                 kl_ctl.load_state_dict(self.extra_state["kl_controller"])
         if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
             trainer.load_rlft_extra_state(self.extra_state["trainer"])
+        self._apply_kl_changes(trainer)
 
     def _apply_kl_changes(self, trainer) -> None:
         """--allow-config-change: a changed KL setting wins over the controller state in the checkpoint."""

@@ -200,7 +200,7 @@ def test_sigterm_checkpoints_and_resume_finishes_the_run(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode != 0, stderr[-3000:]
-    assert "SIGTERM received" in stderr and "Resume with the same command plus --resume" in stderr
+    assert "SIGTERM received" in stderr and f"train.output_dir={out} --resume" in stderr
     steps = sorted(int(p.parent.name.rsplit("-", 1)[1]) for p in out.glob("checkpoints/checkpoint-*/rlft_complete"))
     stopped = steps[-1]
     assert 4 <= stopped < 12
