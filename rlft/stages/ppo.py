@@ -11,6 +11,7 @@ from rlft.config.compose import Composed
 from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
+from rlft.stages.prompt_data import eval_rows  # noqa: F401  (shared with RS-SFT / AWR)
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -41,28 +42,6 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     args.update(per_device_train_batch_size=cfg.ppo.mini_batch_size, max_steps=-1,
                 save_steps=episodes_to_updates(cfg.ppo.save_interval, cfg.ppo.batch_size))
     return TrainingArguments(**args)
-
-
-def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
-    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
-    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
-    k = cfg.data.eval_prompts
-    if not k:
-        return []
-    ds = train_ds
-    if cfg.data.eval:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-        from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.eval")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-        check_reward_columns(ds, suite)
-        ds = fit_prompt_lengths(cfg, ds, tokenizer)
-    return ds.select(range(min(k, len(ds)))).to_list()
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
@@ -98,7 +77,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
         wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
-        if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
+        if ref is None and not hasattr(policy, "disable_adapter") and cfg.ppo.init_kl_coef > 0:
+            # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
             ref = load_policy(cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
