@@ -127,3 +127,17 @@ def test_ddp_two_cpu_processes(tmp_path):
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[-1]["episodes"] == 64
     assert (out / "final" / "value_head.safetensors").is_file()
+
+
+def test_init_from_an_earlier_run(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={first}", "ppo.num_episodes=48")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={second}",
+                  f"model.init_from={first}", "ppo.num_episodes=16", "ppo.init_kl_coef=0.05")
+    assert res.returncode == 0, res.stderr[-3000:]
+    end_first = json.loads((first / "summary.json").read_text())["eval"]["end"]
+    start_second = json.loads((second / "summary.json").read_text())["eval"]["start"]
+    assert start_second == end_first  # same weights, same evaluation seed
+    row = read_jsonl(second / "metrics.jsonl")[0]
+    assert abs(row["kl_policy_ref"]) < 1e-6  # the reference is the starting model

@@ -64,3 +64,9 @@ def test_processes_must_split_batch_and_minibatch():
     res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp", "hw.num_processes=3"])
     assert res.exit_code == 2
     assert "error: hw.num_processes (command line)" in res.stderr and "divisible by hw.num_processes (3)" in res.stderr
+
+
+def test_max_steps_is_flagged_for_ppo():
+    res = run("train.max_steps=10")
+    assert res.exit_code == 0 and "warning: train.max_steps (command line)" in res.stderr
+    assert "ppo.num_episodes" in res.stderr

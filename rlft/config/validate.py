@@ -180,6 +180,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             and (pb % nproc_ppo or pm % nproc_ppo):
         err("hw.num_processes", f"ppo.batch_size ({pb}) and ppo.mini_batch_size ({pm}) must be divisible by "
             f"hw.num_processes ({nproc_ppo}): each process takes an equal share of both")
+    if c.stage == "ppo" and isinstance(g("train.max_steps"), int) and g("train.max_steps") > 0:
+        err("train.max_steps", "has no effect on PPO, which counts episodes: set ppo.num_episodes "
+            f"(updates = num_episodes / ppo.batch_size)", "warning")
     if c.stage == "ppo" and g("ppo.value_model") == "separate":
         err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
             "(a value head on the policy's backbone)")

@@ -77,7 +77,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
         wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
-        if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
+        if ref is None and not hasattr(policy, "disable_adapter") and cfg.ppo.init_kl_coef > 0:
+            # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
             ref = load_policy(cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
