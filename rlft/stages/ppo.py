@@ -43,26 +43,18 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     return TrainingArguments(**args)
 
 
-def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
-    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
-    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
-    k = cfg.data.eval_prompts
-    if not k:
-        return []
-    ds = train_ds
-    if cfg.data.eval:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-        from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
+def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
+    """`policy -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling settings
+    and a fixed seed, or None when data.eval_prompts is 0."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, eval_prompt_set, evaluate
 
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.eval")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-        check_reward_columns(ds, suite)
-        ds = fit_prompt_lengths(cfg, ds, tokenizer)
-    return ds.select(range(min(k, len(ds)))).to_list()
+    eval_set = eval_prompt_set(cfg, dataset)
+    if eval_set is None:
+        return None
+    p = cfg.ppo
+    params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
+                            batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
+    return lambda policy: evaluate(policy, tokenizer, suite, *eval_set, 1, params)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
@@ -83,7 +75,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         raise RunError(str(exc)) from None
     tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
-    evals = eval_rows(cfg, dataset, tokenizer, suite)
+    evaluation = ppo_evaluation(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from peft import get_peft_model
 
@@ -109,7 +101,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             processing_class=tokenizer,
             settings=ppo_settings(cfg),
             train_rows=dataset.to_list(),
-            eval_rows=evals,
+            evaluation=evaluation,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions),
