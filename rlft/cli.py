@@ -80,7 +80,7 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import ppo_schedule, render_yaml, schedule_summary
+    from rlft.config.render import ppo_schedule, render_yaml, sampled_sft_schedule, schedule_summary
 
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
@@ -88,6 +88,8 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
         from rlft.config.init_from import describe_reference
 
         typer.echo(ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg))
+        if cfg.stage in ("rs_sft", "awr"):
+            typer.echo(sampled_sft_schedule(cfg))
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "
                    f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 

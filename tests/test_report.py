@@ -118,6 +118,18 @@ def test_long_completions_are_shortened_in_the_page_only(tmp_path):
     assert c.truncated == 1 and c.text[0].startswith("x" * 100) and "400 more characters" in c.text[0]
 
 
+def test_odd_values_still_make_a_page(tmp_path):
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "completions.jsonl").write_text(
+        '{"step": 1, "prompt": "p", "completion": "c", "rewards": {"a": NaN}, "total": Infinity, "score_hint": NaN, '
+        '"meta": {"k": [1, 2]}}\n{"step": "x", "prompt": null, "rewards": null}\n[1, 2]\n')
+    res = build_report([root])
+    data = _page_data(res.index.read_text())["runs"][0]["completions"]
+    assert data["tot"] == [None, None] and data["r"] == [[None, None]] and data["s"] == [1, 0]
+    assert data["prompts"][0]["extra"] == {"score_hint": None, "meta": '{"k": [1, 2]}'}
+
+
 def test_unique_names_add_the_parent_on_collision(tmp_path):
     assert unique_names([tmp_path / "a" / "run", tmp_path / "b" / "run", tmp_path / "c"]) == ["a/run", "b/run", "c"]
 

@@ -43,6 +43,7 @@ def test_capture_routes_only_the_capturing_thread(capsys):
 def test_safe_reward_log_per_call_in_worker_thread_and_inline():
     for timeout in (30.0, None):
         r = SafeReward("noisy", noisy, timeout_s=timeout)
+        r.capture = True
         assert r(["p"] * 2, ["a", "b"]) == [1.0, 1.0]
         r(["p"], ["c"])
         log = r.pop_log()
@@ -57,6 +58,7 @@ def test_failures_carry_their_traceback_and_unscored_count():
         raise KeyError("missing field")
 
     r = SafeReward("broken", broken)
+    r.capture = True
     assert r(["p"] * 3, ["a", "b", "c"]) == [None] * 3
     log = r.pop_log()
     assert log["errors"] == 3 and "about to fail" in log["output"]
@@ -64,14 +66,14 @@ def test_failures_carry_their_traceback_and_unscored_count():
 
 
 def test_capture_off_leaves_prints_on_the_console(capsys):
-    r = SafeReward("noisy", noisy, timeout_s=None)
-    r.capture = False
+    r = SafeReward("noisy", noisy, timeout_s=None)  # off unless a stage writes reward_logs.jsonl
     r(["p"], ["a"])
-    assert "scored 1" in capsys.readouterr().out and r.pop_log()["output"] == ""
+    assert "scored 1" in capsys.readouterr().out and r.pop_log() is None  # nothing kept
 
 
 def test_suite_rows_and_writer(tmp_path):
     suite = RewardSuite([SafeReward("noisy", noisy), SafeReward("quiet", lambda p, c, **k: [0.5] * len(c))])
+    suite.capture_logs(True)
     suite.score(["p", "p"], ["a", "b"], {})
     rows = suite.pop_logs()
     assert [r["reward"] for r in rows] == ["noisy", "quiet"] and rows[1]["output"] == ""

@@ -112,3 +112,17 @@ def ppo_schedule(cfg: RlftConfig) -> str:
             f"and checkpoint step is one update); {conv}; each update = {p.ppo_epochs} epoch(s) x {per_epoch} "
             f"minibatch(es) of {p.mini_batch_size} episodes, an optimizer step every {per_step} minibatch(es) = "
             f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
+
+
+def sampled_sft_schedule(cfg: RlftConfig) -> str:
+    """RS-SFT / AWR: how rounds, sampling and the SFT schedule fit together."""
+    s = getattr(cfg, cfg.stage)
+    what = ("keeps " + ("each prompt's best sample" if s.keep == "best" else "every sample")
+            + f" with total reward > {s.reward_threshold} (at most {s.max_samples})") if cfg.stage == "rs_sft" \
+        else f"weighs every scored sample by min(exp({s.advantage_beta} x normalised advantage), {s.clip_advantage})"
+    evals = (f"; eval.start / eval.end: {cfg.data.eval_prompts} prompts x {s.num_samples_per_prompt} fresh samples"
+             if cfg.data.eval_prompts else "")
+    return (f"# {cfg.stage} rounds: {s.rounds} x (sample {s.num_samples_per_prompt} completions per prompt of data.train, "
+            f"up to {s.max_tokens} tokens at temperature {s.temperature}, {s.generation_batch_size} per generate call; "
+            f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each round{evals}")
+

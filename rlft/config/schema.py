@@ -241,6 +241,7 @@ class MonitorConfig:
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
     log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
+    reward_hot_reload: bool = F(False, "Before each step, re-import a user reward file that changed on disk (kept only if it imports and scores a probe completion) and apply weight changes from <run>/overrides.yaml; each change bumps reward_version in metrics and completion rows.")
     reward_logs: bool = F(True, "Capture what reward functions print (stdout, stderr, logging) per step and function into reward_logs.jsonl, with call times and failures, instead of the console.")
 
 

@@ -16,7 +16,8 @@ from typing import Any
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
 WINDOW = 10  # logged steps averaged for "first", "last" and each checkpoint's score
 # the metric a stage is judged by, and whether higher is better; the first one a run logged wins
-HEADLINE = (("reward", True), ("eval_reward", True), ("rewards/margins", True), ("eval_loss", False), ("loss", False))
+HEADLINE = (("reward", True), ("sampled_reward_mean", True), ("reward_mean", True), ("eval_reward", True),
+            ("rewards/margins", True), ("eval_loss", False), ("loss", False))
 
 
 def status_for(code: int | None) -> str:
@@ -129,8 +130,8 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
              ("wall time", f"{wall:.1f} s" if wall < 120 else f"{wall / 60:.1f} min")]
     head = summary.get("headline")
     if head:
-        lines.append((head["metric"], f"{f(head['first_mean'])} (first {head['window']} steps) -> "
-                                      f"{f(head['last_mean'])} (last {head['window']} steps)"))
+        w = f"{head['window']} steps" if head["window"] > 1 else "step"
+        lines.append((head["metric"], f"{f(head['first_mean'])} (first {w}) -> {f(head['last_mean'])} (last {w})"))
     ev = summary.get("eval") or {}
     if ev.get("start") or ev.get("end"):
         lines.append(("eval reward", f"{f((ev.get('start') or {}).get('reward_mean'))} (start) -> "

@@ -141,7 +141,9 @@ class SafeReward:
         # since the last pop_log(): per call, its time, captured output and failure messages
         self._log: list[dict[str, Any]] = []
         self._call_errors: list[str] = []
-        self.capture = True  # route the function's prints and log records into the call's log
+        self.spec: str | None = None  # the config's `fn`, when built from a config
+        self.base_dir: Path | None = None
+        self.capture = False  # True: route the function's prints and log records into the call's log
 
     def __repr__(self) -> str:
         return f"SafeReward(name={self.name!r}, weight={self.weight}, kwargs={self.kwargs!r})"
@@ -153,10 +155,11 @@ class SafeReward:
         try:
             return self._score(prompts, completions, columns, output)
         finally:
-            messages = self._call_errors[:5] + ([f"... and {len(self._call_errors) - 5} more"]
-                                                if len(self._call_errors) > 5 else [])
-            self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
-                              "unscored": self.errors - errors_before, "messages": messages})
+            if self.capture:  # only a stage that writes reward_logs.jsonl reads (and pops) the log
+                extra = len(self._call_errors) - 5
+                self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
+                                  "unscored": self.errors - errors_before,
+                                  "messages": self._call_errors[:5] + ([f"... and {extra} more"] if extra > 0 else [])})
 
     def pop_log(self) -> dict[str, Any] | None:
         """Calls since the previous pop: count, mean ms per call, completions left unscored (`errors`),
@@ -493,5 +496,9 @@ def build_reward_suite(
         name = _cfg_get(cfg, "name") or reward_short_name(spec)
         name = _unique_name(str(name), taken)
         taken.add(name)
-        rewards.append(SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s))
+        reward = SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s)
+        # how it was found, so a changed file can be resolved again (rlft.rewards.reload)
+        reward.spec = spec
+        reward.base_dir = base_dir if base_dir is not None else module_search_dir(spec, config_dir)
+        rewards.append(reward)
     return RewardSuite(rewards, max_failure_fraction=max_failure_fraction, min_completions=min_completions)

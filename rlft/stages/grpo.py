@@ -112,7 +112,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                           kl_discount_factor=g.kl_discount_factor, adaptive_kl=g.adaptive_kl, target_kl=g.target_kl,
                           kl_horizon=g.kl_horizon, completions_path=str(ctx.run.completions),
                           log_completions=cfg.monitor.log_completions,
-                          reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None)
+                          reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None,
+                          hot_reload=cfg.monitor.reward_hot_reload, overrides_path=str(ctx.run.root / "overrides.yaml"))
         ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
         trainer = RlftGRPOTrainer(
             model=model,

@@ -46,15 +46,18 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
 def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
     """`policy -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling settings
     and a fixed seed, or None when data.eval_prompts is 0."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, eval_prompt_set, evaluate
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+    from rlft.stages.prompt_data import eval_rows
 
-    eval_set = eval_prompt_set(cfg, dataset)
-    if eval_set is None:
+    rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
+    if not rows:
         return None
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
     p = cfg.ppo
     params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
                             batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
-    return lambda policy: evaluate(policy, tokenizer, suite, *eval_set, 1, params)
+    return lambda policy: evaluate(policy, tokenizer, suite, prompts, columns, 1, params)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:

@@ -31,6 +31,9 @@ class Graph:
 KNOWN = [
     ("total_reward (mean)", "Rewards", ["reward"], "mean weighted total reward over the step's completions; should rise"),
     ("total_reward_std", "Rewards", ["reward_std"], "spread of the total reward; usually falls as the policy gets consistent"),
+    ("sampled reward (mean)", "Rewards", ["sampled_reward_mean", "reward_mean", "kept_reward_mean"],
+     "mean reward of the completions sampled for this round (and of those kept)"),
+    ("sampled reward std", "Rewards", ["sampled_reward_std"], "spread of the sampled completions' rewards"),
     ("KL to the reference", "Training", ["kl_policy_ref", "kl"], "mean per-token KL(policy || reference)"),
     ("sampler vs learner KL", "Training", ["kl_sample_train_v1", "kl_sample_train_v2"],
      "v1 = mean(logp_sample - logp_train), v2 = mean of half squared log-ratio; stable below 0.01"),
@@ -49,13 +52,16 @@ KNOWN = [
     ("log odds ratio", "Stage", ["log_odds_ratio", "nll_loss"], "ORPO's odds-ratio term and its NLL term"),
     # RS-SFT / AWR
     ("kept fraction", "Stage", ["kept_fraction", "frac_kept", "rs_sft/kept_fraction"], "fraction of samples kept for SFT"),
+    ("kept samples", "Stage", ["kept_count", "num_sampled"], "samples kept for SFT out of those drawn"),
     ("AWR weights", "Stage", ["weight_mean", "weight_max", "awr/weight_mean", "awr/weight_max"], "advantage weights"),
-    ("effective sample size", "Stage", ["ess", "awr/ess", "effective_sample_size"], "ESS of the AWR weights as a fraction"),
+    ("effective sample size", "Stage", ["ess", "awr_ess", "awr/ess", "effective_sample_size"], "ESS of the AWR weights as a fraction"),
+    ("advantages", "Stage", ["advantage_mean", "advantage_std", "frac_clipped"], "advantage statistics (AWR, PPO) and the fraction of clipped weights"),
     # PPO
     ("value loss", "Stage", ["value_loss", "ppo/value_loss"], "critic loss"),
     ("explained variance", "Stage", ["explained_variance", "ppo/explained_variance"], "how much of the returns' variance the value head explains"),
     ("policy loss", "Stage", ["policy_loss", "ppo/policy_loss"], "clipped PPO policy loss"),
-    ("clip fraction / approx KL", "Stage", ["clipfrac", "approx_kl", "ppo/clipfrac", "ppo/approx_kl"], "PPO update size"),
+    ("clip fraction / approx KL", "Stage", ["clipfrac", "approx_kl", "value_clipfrac", "ppo/clipfrac", "ppo/approx_kl"], "PPO update size"),
+    ("value estimates", "Stage", ["value_mean"], "mean value-head estimate"),
     # episodes
     ("success rate", "Stage", ["success_rate", "episodes/success_rate"], "fraction of episodes that succeeded"),
     ("episode length", "Stage", ["episode_length", "episodes/length", "episodes/mean_length"], "turns per episode"),
@@ -153,6 +159,8 @@ def version_changes(rows) -> list[tuple[int, object]]:
         v = r.get("reward_version")
         if v is None:
             continue
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # averaged by the trainer's logging into 2.0
         if last is not None and v != last:
             out.append((r.get("step"), v))
         last = v

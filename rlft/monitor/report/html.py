@@ -119,19 +119,20 @@ def _summary_rows(runs: list[RunData]) -> str:
         s = run.summary
         steps = s.get("steps", run.metrics[-1].get("step") if run.metrics else None)
         wall = s.get("wall_s")
-        rew = s.get("reward") or {}
+        rew = s.get("headline") or s.get("reward") or {}
         best = s.get("best_checkpoint") or {}
         ev = s.get("eval") or {}
         ev_txt = " → ".join(_fmt((ev.get(k) or {}).get("reward_mean")) for k in ("start", "end")) if ev else "–"
         rows.append(
             f"<tr><td>{_e(run.name)}</td><td>{_e(run.stage)}</td><td>{_e(s.get('status', 'running or unknown'))}</td>"
             f"<td class=num>{_e(_fmt(steps))}</td><td class=num>{_e(_fmt(wall))}</td>"
+            f"<td>{_e(rew.get('metric', 'reward' if rew else '–'))}</td>"
             f"<td class=num>{_e(_fmt(rew.get('first_mean')))}</td><td class=num>{_e(_fmt(rew.get('last_mean')))}</td>"
             f"<td class=num>{_e(ev_txt)}</td><td>{_e(best.get('path', '–'))}</td>"
             f"<td class=num>{len(run.completions) if run.completions else 0}</td>"
             f"<td class=num>{sum(1 for e in run.health if e.get('level') in ('warning', 'critical'))}</td></tr>")
     return ("<table><thead><tr><th>run</th><th>stage</th><th>status</th><th class=num>steps</th>"
-            "<th class=num>wall (s)</th><th class=num>first reward</th><th class=num>last reward</th>"
+            "<th class=num>wall (s)</th><th>headline</th><th class=num>first</th><th class=num>last</th>"
             "<th class=num>eval reward start → end</th><th>best checkpoint</th><th class=num>completions</th>"
             "<th class=num>health events</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 

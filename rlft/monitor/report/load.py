@@ -128,9 +128,11 @@ def _length(row: dict):
 
 
 def _scalar(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # the page's JSON has no NaN
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def load_completions(rows: list[dict], max_chars: int = MAX_TEXT_CHARS) -> Completions:
