@@ -80,14 +80,16 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import render_yaml, schedule_summary
+    from rlft.config.render import ppo_schedule, render_yaml, sampled_sft_schedule, schedule_summary
 
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
         from rlft.config.init_from import describe_reference
 
-        typer.echo(schedule_summary(cfg))
+        typer.echo(ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg))
+        if cfg.stage in ("rs_sft", "awr"):
+            typer.echo(sampled_sft_schedule(cfg))
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "
                    f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
@@ -169,7 +171,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         raise typer.Exit(2)
     from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
+                      argv=sys.argv[1:])
     try:
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):
@@ -206,6 +209,154 @@ def _read_only_exit(exc: OSError) -> None:
     _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
          f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
     raise typer.Exit(2)
+
+
+@app.command("report")
+def report(runs: List[Path] = typer.Argument(..., help="Run folder(s); several are overlaid on the same graphs."),
+           out: Optional[Path] = typer.Option(None, "--out", "-o",
+                                              help="Output folder (default: report/ in the first run's folder)."),
+           max_chars: int = typer.Option(4000, "--max-chars", min=100,
+                                         help="Characters of each completion kept in the page (the jsonl keeps all).")) -> None:
+    """Write an offline HTML report (reward graphs, reward logs, completions browser) and one PNG per graph."""
+    from rlft.monitor.report import ReportInputError, build_report
+
+    try:
+        res = build_report(runs, out, max_chars=max_chars)
+    except ReportInputError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    if res.note:
+        _err(f"rlft report: {res.note}")
+    typer.echo(f"report written to {res.index} ({res.graphs} graphs in {res.index.parent / 'graphs'}, "
+               f"{res.completions} completions, {res.bytes / 1e6:.1f} MB, {res.seconds:.1f} s)")
+
+
+TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
+                                      "or a transformers model folder.")
+CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use checkpoints/checkpoint-N instead of final/.")
+
+
+def _target(path: Path, checkpoint: Optional[int]):
+    from rlft.posttrain import resolve_target
+    from rlft.run import RunError
+
+    try:
+        return resolve_target(path, checkpoint)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+
+
+def _quiet() -> None:
+    from rlft.runtime import quiet_libraries
+
+    quiet_libraries(False)
+
+
+@app.command("eval")
+def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT,
+             overrides: Optional[List[str]] = OVERRIDES_ARG,
+             stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's)."),
+             data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` = the built-in task."),
+             n: int = typer.Option(4, "-n", min=1, help="Completions sampled per prompt."),
+             max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N prompts only."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in the run folder, else here)."),
+             checkpoint: Optional[int] = CHECKPOINT_OPT,
+             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed).")) -> None:
+    """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
+    from rlft.posttrain import _run_config, eval_config_file
+
+    tgt = _target(target, checkpoint)
+    stage = stage or _run_config(tgt.run_root).get("stage") or "grpo"
+    files, own = list(config or []), None
+    if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
+        files = [own := eval_config_file(tgt.run_root, stage)]
+    try:
+        cfg, _ = _load(stage, "cpu", files, overrides)
+    finally:
+        if own is not None:
+            own.unlink(missing_ok=True)
+    source = data or cfg.data.eval
+    if not source:
+        _err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
+        raise typer.Exit(2)
+    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
+    _quiet()
+    from rlft.posttrain import evaluate
+    from rlft.run import RunError
+
+    try:
+        res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} completions")
+    for name, value in res["rewards"].items():
+        typer.echo(f"  {name:<24}{fmt(value)}")
+    typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
+               (f"   ({res['unscored']} completions unscored)" if res["unscored"] else ""))
+    typer.echo(f"rows written to {res['out']}")
+
+
+@app.command("generate")
+def generate_cmd(target: Path = TARGET_ARG,
+                 prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable)."),
+                 file: Optional[Path] = typer.Option(None, "--file", "-f", help="A text file with one prompt per line."),
+                 n: int = typer.Option(2, "-n", min=1, help="Completions per prompt."),
+                 max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion (tokens)."),
+                 temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature."),
+                 top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold."),
+                 seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+                 raw: bool = typer.Option(False, "--raw", help="Do not wrap prompts in the chat template."),
+                 checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Sample a few completions from a trained adapter or model (chat template applied when it has one)."""
+    prompts = list(prompt or [])
+    if file is not None:
+        if not file.is_file():
+            _err(f"error: --file {file}: no such file")
+            raise typer.Exit(2)
+        prompts += [line for line in file.read_text().splitlines() if line.strip()]
+    if not prompts:
+        _err("error: give at least one --prompt TEXT or --file FILE")
+        raise typer.Exit(2)
+    tgt = _target(target, checkpoint)
+    _quiet()
+    from rlft.posttrain import generate
+    from rlft.run import RunError
+
+    try:
+        rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    last = None
+    for row in rows:
+        if row["prompt"] != last:
+            typer.echo(f"=== {row['prompt']}")
+            last = row["prompt"]
+        typer.echo(f"--- {row['completion']}")
+
+
+@app.command("export")
+def export_cmd(target: Path = TARGET_ARG,
+               out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist or be empty)."),
+               merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain transformers model."),
+               checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
+    tgt = _target(target, checkpoint)
+    _quiet()
+    from rlft.posttrain import export
+    from rlft.run import RunError
+
+    try:
+        path = export(tgt, out, merge)
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
+    kind = "merged model" if merge else "adapter"
+    typer.echo(f"{kind} written to {path} (load with "
+               f"{'AutoModelForCausalLM' if merge else 'PeftModel'}.from_pretrained)")
 
 
 pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",

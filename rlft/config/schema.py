@@ -85,7 +85,7 @@ class TrainConfig:
     save_steps: int = F(100, "Write a resumable checkpoint every N steps.", ge=1)
     save_total_limit: int = F(3, "Rolling checkpoints kept.", ge=1)
     eval_steps: int = F(50, "Evaluate every N steps when data.eval is set.", ge=1)
-    report_to: list[str] = F(help="Extra trackers: tensorboard, wandb (when installed).", factory=list)
+    report_to: list[str] = F(help="Extra trackers when installed: tensorboard (event files in <run>/tensorboard/), wandb (local files in the run folder).", factory=list)
 
 
 @dataclass
@@ -99,7 +99,7 @@ class DataConfig:
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
     too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
-    eval_prompts: int = F(16, "Sampling stages (PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
+    eval_prompts: int = F(16, "Sampling stages (GRPO, PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -241,6 +241,8 @@ class MonitorConfig:
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
     max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
     log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
+    reward_hot_reload: bool = F(False, "Before each step, re-import a user reward file that changed on disk (kept only if it imports and scores a probe completion) and apply weight changes from <run>/overrides.yaml; each change bumps reward_version in metrics and completion rows.")
+    reward_logs: bool = F(True, "Capture what reward functions print (stdout, stderr, logging) per step and function into reward_logs.jsonl, with call times and failures, instead of the console.")
 
 
 @dataclass

@@ -1,33 +1,50 @@
 """`summary.json`: the one file that says how a run ended, written by every stage at the end (finished,
-stopped, interrupted or failed) so scripts, pipelines and reports read a run without parsing logs."""
+stopped, interrupted or failed) so scripts, pipelines and reports read a run without parsing logs;
+and the same numbers as a table on the terminal (steps, wall time, first/last headline-metric means,
+the best checkpoint, the report command). Everything here is computed from the run folder's files."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 # exit code of a stage -> status in summary.json
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
+WINDOW = 10  # logged steps averaged for "first", "last" and each checkpoint's score
+# the metric a stage is judged by, and whether higher is better; the first one a run logged wins
+HEADLINE = (("reward", True), ("sampled_reward_mean", True), ("reward_mean", True), ("eval_reward", True),
+            ("rewards/margins", True), ("eval_loss", False), ("loss", False))
 
 
 def status_for(code: int | None) -> str:
     return STATUS_BY_CODE.get(code, "failed") if code is not None else "failed"
 
 
+def _rows(metrics_path: Path) -> list[dict]:
+    rows = []
+    if Path(metrics_path).is_file():
+        for line in Path(metrics_path).read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a row cut by a kill mid-write
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def _is_eval(row: dict) -> bool:
+    return any(k.startswith("eval_") or k.startswith("eval/") for k in row)
+
+
 def last_metrics(metrics_path: Path) -> dict[str, Any]:
     """The newest training row of metrics.jsonl (evaluation rows skipped), without `step`/`time`."""
-    if not Path(metrics_path).is_file():
-        return {}
-    last: dict[str, Any] = {}
-    for line in Path(metrics_path).read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a row cut by a kill mid-write
-        if isinstance(row, dict) and not any(k.startswith("eval_") or k.startswith("eval/") for k in row):
-            last = row
+    train = [r for r in _rows(metrics_path) if not _is_eval(r)]
+    last = train[-1] if train else {}
     return {k: v for k, v in last.items() if k not in ("step", "time", "stage")}
 
 
@@ -40,3 +57,101 @@ def write_summary(path: Path, *, stage: str, status: str, steps: int, wall_s: fl
     tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return summary
+
+
+# -- headline numbers ------------------------------------------------------------------------------
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _mean(values: list) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def headline(rows: list[dict]) -> dict | None:
+    """The headline metric's mean over the first and the last WINDOW logged steps (half the run when shorter)."""
+    for metric, higher in HEADLINE:
+        points = [(r["step"], r[metric]) for r in rows if _finite(r.get(metric)) and _finite(r.get("step"))]
+        if points:
+            w = min(WINDOW, max(1, len(points) // 2))
+            return {"metric": metric, "higher_is_better": higher, "window": w,
+                    "first_mean": _mean([v for _, v in points[:w]]), "last_mean": _mean([v for _, v in points[-w:]])}
+    return None
+
+
+def best_checkpoint(rows: list[dict], candidates: list[tuple[int, Path]], head: dict | None) -> dict | None:
+    """Among saved models (step, folder), the one whose last WINDOW logged steps up to its step score best
+    on the headline metric; ties go to the later one."""
+    if not candidates:
+        return None
+    if head is None:
+        step, path = max(candidates, key=lambda c: c[0])
+        return {"path": str(path), "step": step, "metric": None, "value": None}
+    metric, sign = head["metric"], 1 if head["higher_is_better"] else -1
+    points = [(r["step"], r[metric]) for r in rows if _finite(r.get(metric)) and _finite(r.get("step"))]
+    best = None
+    for step, path in sorted(candidates, key=lambda c: c[0]):
+        window = [v for s, v in points if s <= step][-WINDOW:]
+        if not window:
+            continue
+        value = _mean(window)
+        if best is None or sign * value >= sign * best["value"]:
+            best = {"path": str(path), "step": step, "metric": metric, "value": value, "window": len(window)}
+    return best
+
+
+def report_command(run_root: Path) -> str:
+    return f"rlft report {shlex.quote(str(run_root))}"
+
+
+def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = ()) -> dict[str, Any]:
+    """The end-of-run fields summary.json adds to `last`: headline first/last means (and `reward` when the
+    headline is the reward), the best of the saved models (`checkpoints`: (step, folder)), the report command."""
+    rows = _rows(Path(run_root) / "metrics.jsonl")
+    train = [r for r in rows if not _is_eval(r)]
+    evals = [r for r in rows if _is_eval(r)]
+    head = headline(train) or headline(evals)
+    out: dict[str, Any] = {"headline": head, "best_checkpoint": best_checkpoint(train or evals, list(checkpoints), head),
+                           "report_command": report_command(run_root)}
+    if head and head["metric"] == "reward":
+        out["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}
+    return out
+
+
+# -- the terminal table ----------------------------------------------------------------------------
+def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
+    """(label, value) rows of the end-of-train table."""
+    def f(x):
+        return "-" if x is None else f"{x:.4g}"
+
+    of = f" of {summary['max_steps']}" if summary.get("max_steps") else ""
+    wall = summary.get("wall_s") or 0.0
+    lines = [("run", str(run_root)), ("status", f"{summary.get('status')} at step {summary.get('steps')}{of}"),
+             ("wall time", f"{wall:.1f} s" if wall < 120 else f"{wall / 60:.1f} min")]
+    head = summary.get("headline")
+    if head:
+        w = f"{head['window']} steps" if head["window"] > 1 else "step"
+        lines.append((head["metric"], f"{f(head['first_mean'])} (first {w}) -> {f(head['last_mean'])} (last {w})"))
+    ev = summary.get("eval") or {}
+    if ev.get("start") or ev.get("end"):
+        lines.append(("eval reward", f"{f((ev.get('start') or {}).get('reward_mean'))} (start) -> "
+                                     f"{f((ev.get('end') or {}).get('reward_mean'))} (end)"))
+    best = summary.get("best_checkpoint")
+    if best:
+        score = f" ({best['metric']} {f(best['value'])} over its last {best.get('window')} steps)" if best.get("metric") else ""
+        lines.append(("best checkpoint", f"{best['path']}{score}"))
+    lines.append(("report", summary.get("report_command", report_command(run_root))))
+    return lines
+
+
+def print_summary(summary: dict, run_root: Path, console=None) -> None:
+    """The table on stderr (Rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="rlft run summary", show_header=False, title_justify="left", box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for label, value in summary_lines(summary, run_root):
+        table.add_row(label, value)
+    (console or Console(stderr=True)).print(table)

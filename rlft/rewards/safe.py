@@ -22,10 +22,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlft.rewards.capture import capture_output
 from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
 
 __all__ = [
@@ -40,6 +42,9 @@ logger = logging.getLogger("rlft.rewards")
 
 # keys a reward entry in the config may carry
 _CFG_KEYS = {"fn", "weight", "kwargs", "name", "timeout_s"}
+# dataset columns that identify a row rather than describe it (rlft adds `prompt_id` to prompt data):
+# never passed to reward functions
+ROW_ID_COLUMNS = ("prompt_id",)
 
 # seconds one call may run unless the config says otherwise
 DEFAULT_TIMEOUT_S = 30.0
@@ -133,15 +138,45 @@ class SafeReward:
         self._window = {"calls": 0, "completions": 0, "errors": 0}
         self.last_error: str | None = None
         self._logged_kinds: set[str] = set()
+        # since the last pop_log(): per call, its time, captured output and failure messages
+        self._log: list[dict[str, Any]] = []
+        self._call_errors: list[str] = []
+        self.spec: str | None = None  # the config's `fn`, when built from a config
+        self.base_dir: Path | None = None
+        self.capture = False  # True: route the function's prints and log records into the call's log
 
     def __repr__(self) -> str:
         return f"SafeReward(name={self.name!r}, weight={self.weight}, kwargs={self.kwargs!r})"
 
     def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        output: list[str] = []
+        self._call_errors = []
+        errors_before, started = self.errors, time.perf_counter()
+        try:
+            return self._score(prompts, completions, columns, output)
+        finally:
+            if self.capture:  # only a stage that writes reward_logs.jsonl reads (and pops) the log
+                extra = len(self._call_errors) - 5
+                self._log.append({"ms": (time.perf_counter() - started) * 1000.0, "output": "".join(output),
+                                  "unscored": self.errors - errors_before,
+                                  "messages": self._call_errors[:5] + ([f"... and {extra} more"] if extra > 0 else [])})
+
+    def pop_log(self) -> dict[str, Any] | None:
+        """Calls since the previous pop: count, mean ms per call, completions left unscored (`errors`),
+        captured output and failure messages (with tracebacks); None when there was no call."""
+        log, self._log = self._log, []
+        if not log:
+            return None
+        return {"calls": len(log), "ms": sum(c["ms"] for c in log) / len(log),
+                "errors": sum(c["unscored"] for c in log), "output": "".join(c["output"] for c in log),
+                "error": "\n".join(m for c in log for m in c["messages"])}
+
+    def _score(self, prompts: list[Any], completions: list[Any], columns: dict[str, Any],
+               output: list[str]) -> list[float | None]:
         n = len(completions)
         self._count("calls", 1)
         self._count("completions", n)
-        outcome, raw = self._call(prompts, completions, {**columns, **self.kwargs})
+        outcome, raw = self._call(prompts, completions, {**columns, **self.kwargs}, output)
         if outcome == "raised":
             return self._fail_batch(n, _exception_kind(raw), f"raised {type(raw).__name__}: {raw}", raw)
         if outcome == "timeout":
@@ -165,11 +200,14 @@ class SafeReward:
             scores.append(number)
         return scores
 
-    def _call(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
-        """("ok", value), ("raised", exception), ("timeout", None) or ("aborted", None)."""
+    def _call(self, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
+              output: list[str]) -> tuple[str, Any]:
+        """("ok", value), ("raised", exception), ("timeout", None) or ("aborted", None); what the
+        function prints or logs goes to `output`."""
         if self.timeout_s is None:
             try:
-                return "ok", self.fn(prompts, completions, **kwargs)
+                with capture_output(output) if self.capture else nullcontext():
+                    return "ok", self.fn(prompts, completions, **kwargs)
             except KeyboardInterrupt as exc:
                 if self.should_abort():  # the user's own second Ctrl-C, not the reward's
                     raise
@@ -181,7 +219,8 @@ class SafeReward:
 
         def work() -> None:
             try:
-                box["value"] = self.fn(prompts, completions, **kwargs)
+                with capture_output(output) if self.capture else nullcontext():
+                    box["value"] = self.fn(prompts, completions, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt become a failure
                 box["exc"] = exc
             finally:
@@ -224,6 +263,8 @@ class SafeReward:
         """Record ``count`` unscored completions; log the first of each kind."""
         self._count("errors", count)
         self.last_error = message
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc is not None else ""
+        self._call_errors.append(f"{message}\n{detail}".rstrip())
         if kind in self._logged_kinds:
             return
         self._logged_kinds.add(kind)
@@ -284,6 +325,20 @@ class RewardSuite:
         self._window_totals: list[float] = []
         self._should_abort: Callable[[], bool] = _never
 
+    def pop_logs(self) -> list[dict[str, Any]]:
+        """One row per reward function called since the last pop: `reward`, calls, ms (mean per call),
+        errors (completions unscored), output (what it printed or logged), error (messages, tracebacks)."""
+        rows = []
+        for r in self.rewards:
+            log = r.pop_log()
+            if log is not None:
+                rows.append({"reward": r.name, **log})
+        return rows
+
+    def capture_logs(self, on: bool) -> None:
+        for r in self.rewards:
+            r.capture = on
+
     def abort_when(self, should_abort: Callable[[], bool]) -> None:
         """Stop waiting for running reward calls once ``should_abort()`` is true (e.g. on Ctrl-C),
         so an interrupted run checkpoints promptly; the guard does not count that batch against it."""
@@ -309,9 +364,10 @@ class RewardSuite:
     ) -> RewardScores:
         """Score a batch; raises :class:`RewardFailureError` when the guard trips. With
         ``count=False`` the batch is not counted toward the guard (the caller reports the
-        totals through :meth:`record`, e.g. once per gathered multi-process batch)."""
+        totals through :meth:`record`, e.g. once per gathered multi-process batch). Row-id
+        columns (``ROW_ID_COLUMNS``) are not passed to the functions."""
         n = len(completions)
-        columns = dict(columns or {})
+        columns = {k: v for k, v in (columns or {}).items() if k not in ROW_ID_COLUMNS}
         for key, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
@@ -440,5 +496,9 @@ def build_reward_suite(
         name = _cfg_get(cfg, "name") or reward_short_name(spec)
         name = _unique_name(str(name), taken)
         taken.add(name)
-        rewards.append(SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s))
+        reward = SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s)
+        # how it was found, so a changed file can be resolved again (rlft.rewards.reload)
+        reward.spec = spec
+        reward.base_dir = base_dir if base_dir is not None else module_search_dir(spec, config_dir)
+        rewards.append(reward)
     return RewardSuite(rewards, max_failure_fraction=max_failure_fraction, min_completions=min_completions)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompletionLog"]
+__all__ = ["CompletionLog", "RewardLog"]
 
 
 def _num(x) -> float | None:
@@ -65,3 +65,28 @@ class CompletionLog:
         return self.write(step, rollouts.row_prompt_ids(), rollouts.row_prompt_texts(), rollouts.completions,
                           scores.per_reward, scores.total, None if advantages is None else tolist(advantages),
                           None if weights is None else tolist(weights), extra)
+
+
+class RewardLog:
+    """reward_logs.jsonl: per step and reward function, what the function printed or logged, its mean
+    time per call (ms), the completions it left unscored and their error messages (the report's
+    reward-logs tab). Rows come from `RewardSuite.pop_logs()`."""
+
+    MAX_CHARS = 20000  # per row and field: a reward printing in a loop must not fill the disk
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+
+    def write(self, step: int, rows: Sequence[Mapping[str, Any]]) -> int:
+        if self.path is None or not rows:
+            return 0
+        with open(self.path, "a") as f:
+            for row in rows:
+                out = {"step": step, **row}
+                for key in ("output", "error"):
+                    text = out.get(key) or ""
+                    if len(text) > self.MAX_CHARS:
+                        out[key] = text[:self.MAX_CHARS] + f"\n... [{len(text) - self.MAX_CHARS} more characters]"
+                out["ms"] = round(float(out.get("ms") or 0.0), 3)
+                f.write(json.dumps(out) + "\n")
+        return len(rows)

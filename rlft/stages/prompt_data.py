@@ -148,3 +148,13 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
     ds = load_prompt_dataset(cfg, key)
     check_reward_columns(ds, suite, f"data.{key}")
     return fit_prompt_lengths(cfg, ds, tokenizer, f"data.{key}")
+
+
+def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
+    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
+    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+    k = cfg.data.eval_prompts
+    if not k:
+        return []
+    ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
+    return ds.select(range(min(k, len(ds)))).to_list()

@@ -11,6 +11,8 @@ to completions.jsonl through the shared `rlft.rollout.CompletionLog`.
 
 from __future__ import annotations
 
+import logging
+
 from dataclasses import dataclass
 
 import torch
@@ -24,10 +26,11 @@ from rlft.algos import (
 )
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
-from rlft.rollout import CompletionLog, score_texts
+from rlft.rollout import CompletionLog, RewardLog, score_texts
+from rlft.rollout.score import ID_COLUMNS
 
 # dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
-NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", "prompt_id")
+NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
 
 
 @dataclass
@@ -44,6 +47,9 @@ class GRPOHooks:
     kl_horizon: int = 10000
     completions_path: str | None = None      # completions.jsonl, written by the main process
     log_completions: int = 4                  # per step; -1 = all
+    reward_logs_path: str | None = None       # reward_logs.jsonl (None = reward output not captured)
+    hot_reload: bool = False                  # reload changed reward files / overrides.yaml before each step
+    overrides_path: str | None = None         # <run>/overrides.yaml: `weights: {name: w}`
 
 
 def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
@@ -64,7 +70,16 @@ class RlftGRPOTrainer(GRPOTrainer):
         self.reward_suite = reward_suite if reward_suite is not None else \
             _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
         self.completion_log = CompletionLog(hooks.completions_path, hooks.log_completions)
+        self.reward_log = RewardLog(hooks.reward_logs_path)
+        if self.reward_suite is not None:
+            self.reward_suite.capture_logs(hooks.reward_logs_path is not None)
+        self.reloader = None
+        if hooks.hot_reload and self.reward_suite is not None:
+            from rlft.rewards.reload import RewardReloader
+
+            self.reloader = RewardReloader(self.reward_suite, hooks.overrides_path)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
+        self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
@@ -90,6 +105,12 @@ class RlftGRPOTrainer(GRPOTrainer):
         if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
             self.beta = self.kl_ctl.value
 
+    def rlft_extra_state(self) -> dict:
+        return {"eval_start": self.eval_start}
+
+    def load_rlft_extra_state(self, state: dict) -> None:
+        self.eval_start = state.get("eval_start", self.eval_start)
+
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """This process's completions scored by the shared scorer, gathered over processes: (N_all, F),
@@ -98,6 +119,8 @@ class RlftGRPOTrainer(GRPOTrainer):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         else:
             columns = {k: [ex[k] for ex in inputs] for k in inputs[0] if k not in NOT_REWARD_COLUMNS}
+            if self.reloader is not None:
+                self.reloader.remember([as_text(p) for p in prompts], [as_text(c) for c in completions], columns)
             scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
             rewards = self.accelerator.gather(scores.per_reward_tensor(device=self.accelerator.device))
         self._rewards_per_func = rewards
@@ -107,6 +130,20 @@ class RlftGRPOTrainer(GRPOTrainer):
             self._batch_log = (gather_object(ids), gather_object([as_text(p) for p in prompts]),
                                gather_object([as_text(c) for c in completions]))
         return rewards
+
+    @property
+    def reward_version(self) -> int:
+        return self.reloader.version if self.reloader is not None else 1
+
+    def _reload_rewards(self) -> None:
+        """Changed reward files and overrides.yaml take effect from this step (all ranks check the same files)."""
+        before = self.reloader.version
+        for message in self.reloader.check():
+            if self.accelerator.is_main_process:
+                logging.getLogger("rlft").warning("hot reload: %s", message)
+        if self.reloader.version != before:  # TRL's logged `reward` and rlft's totals use the new weights
+            self.reward_weights = torch.tensor([r.weight for r in self.reward_suite.rewards], dtype=torch.float32,
+                                               device=self.reward_weights.device)
 
     # --- reference log-probs -----------------------------------------------------------------
     @torch.no_grad()
@@ -131,10 +168,13 @@ class RlftGRPOTrainer(GRPOTrainer):
             self.kl_ctl.update(self._last_kl, n)
             if self.hooks.kl_penalty_mode == "loss":
                 self.beta = self.kl_ctl.value
+        if mode == "train" and self.reloader is not None:
+            self._reload_rewards()
         out = super()._generate_and_score_completions(inputs)
         if mode != "train":
             return out
         h, m = self.hooks, self._metrics[mode]
+        m["reward_version"].append(float(self.reward_version))
         device = out["completion_ids"].device
         n_local = out["completion_ids"].size(0)
         rpf = self._rewards_per_func.to(device)
@@ -190,6 +230,10 @@ class RlftGRPOTrainer(GRPOTrainer):
             out["advantages"] = adv_local
         m["kl_coef"].append(self.kl_ctl.value if h.kl_penalty_coef > 0 else 0.0)
         self._write_completions(out, rpf, total, adv)
+        if self.reward_suite is not None:
+            rows = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
+            if self.accelerator.is_main_process:
+                self.reward_log.write(self.state.global_step + 1, rows)
         return out
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
@@ -251,14 +295,21 @@ class RlftGRPOTrainer(GRPOTrainer):
     # --- completions.jsonl ---------------------------------------------------------------------
     def _write_completions(self, out, rpf, total, adv) -> None:
         """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
-        if self._batch_log is None or not self.accelerator.is_main_process:
+        if self._batch_log is None:
+            return
+        # sampled token counts (the report's lengths; decoded text re-tokenizes to other counts); every rank gathers
+        tokens = self.accelerator.gather(out["completion_mask"].sum(dim=1)).tolist()
+        if not self.accelerator.is_main_process:
             return
         ids, prompts, completions = self._batch_log
         if len(completions) != total.numel():
             return
         rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
         self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
-                                  advantages=adv.tolist())
+                                  advantages=adv.tolist(),
+                                  extra={"completion_tokens": [int(t) for t in tokens] if len(tokens) == len(completions)
+                                         else [None] * len(completions),
+                                         "reward_version": [self.reward_version] * len(completions)})
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:

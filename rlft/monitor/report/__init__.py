@@ -1,0 +1,60 @@
+"""`rlft report`: an offline HTML report of one or more run folders (reward graphs with health
+events, reward logs, a completions browser, top/bottom completions) plus one PNG per graph.
+
+It reads only the files a run leaves (metrics.jsonl, completions.jsonl, health.jsonl,
+reward_logs.jsonl, summary.json), never trainer state, and imports no torch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlft.monitor.report.load import MAX_TEXT_CHARS, ReportInputError, RunData, load_run, unique_names
+
+__all__ = ["ReportInputError", "ReportResult", "build_report", "load_run"]
+
+
+@dataclass
+class ReportResult:
+    index: Path
+    graphs: int
+    completions: int
+    bytes: int
+    seconds: float
+    note: str = ""
+
+
+def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS) -> ReportResult:
+    """Write `<out_dir>/index.html` and `<out_dir>/graphs/*.png` for the runs at `paths` (overlaid).
+    Default out_dir: `report/` in the first run's folder."""
+    from rlft.monitor.report.graphs import plan_graphs, render
+    from rlft.monitor.report.html import build_html
+
+    t0 = time.perf_counter()
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ReportInputError("give at least one run folder")
+    runs: list[RunData] = [load_run(p, name, max_chars) for p, name in zip(paths, unique_names(paths))]
+    out = Path(out_dir) if out_dir is not None else paths[0] / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    graphs = plan_graphs(runs)
+    note = ""
+    try:
+        render(graphs, runs)
+    except ImportError:  # the page still has completions and logs; say how to get the graphs
+        note = "matplotlib is not installed: no graphs (pip install matplotlib)"
+        graphs = []
+    img_dir = out / "graphs"
+    img_dir.mkdir(exist_ok=True)
+    for old in img_dir.glob("*.png"):
+        old.unlink()
+    for g in graphs:
+        if g.png:
+            (img_dir / f"{g.slug}.png").write_bytes(g.png)
+    page = build_html(runs, graphs, "graphs")
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    n = sum(len(r.completions) for r in runs if r.completions)
+    return ReportResult(index=index, graphs=sum(1 for g in graphs if g.png), completions=n,
+                        bytes=index.stat().st_size, seconds=time.perf_counter() - t0, note=note)

@@ -1,0 +1,231 @@
+"""After training: `rlft eval`, `rlft generate` and `rlft export` on a run folder, one of its checkpoints,
+a PEFT adapter folder or a plain transformers model folder. Sampling and scoring go through the same
+rollout layer and reward suite as training, so an eval number means what the training curve means."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlft.config.schema import RlftConfig
+from rlft.run import RunError, checkpoint_step
+
+
+@dataclass
+class Target:
+    """What a RUN_OR_ADAPTER argument points at."""
+    weights: Path              # the adapter folder (adapter_config.json) or the full model folder
+    is_adapter: bool
+    run_root: Path | None      # the run folder, when the target is (in) one
+    step: int | None           # the checkpoint step, when known
+
+
+def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
+    """A run folder (its final/ model, or checkpoints/checkpoint-N with `checkpoint`), a checkpoint folder,
+    an adapter folder or a model folder; a clear RunError otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise RunError(f"{path}: no such run, checkpoint or model folder")
+    run_root = None
+    if (path / "config.yaml").is_file() and ((path / "final").exists() or (path / "checkpoints").is_dir()):
+        run_root = path
+        if checkpoint is not None:
+            path = path / "checkpoints" / f"checkpoint-{checkpoint}"
+            if not path.is_dir():
+                have = sorted(checkpoint_step(p) for p in (run_root / "checkpoints").glob("checkpoint-*"))
+                raise RunError(f"{path}: no such checkpoint (this run has: {', '.join(map(str, have)) or 'none'})")
+        elif (path / "final").is_dir():
+            path = path / "final"
+        else:
+            done = sorted((run_root / "checkpoints").glob("checkpoint-*"), key=checkpoint_step)
+            if not done:
+                raise RunError(f"{run_root}: the run has neither final/ nor a checkpoint yet")
+            path = done[-1]
+            print(f"rlft: {run_root} has no final/ yet; using its newest checkpoint {path.name}", file=sys.stderr)
+    elif checkpoint is not None:
+        raise RunError("--checkpoint needs a run folder (the one holding config.yaml and checkpoints/)")
+    elif path.name == "final" or path.parent.name == "checkpoints":
+        candidate = path.parent if path.name == "final" else path.parent.parent
+        run_root = candidate if (candidate / "config.yaml").is_file() else None
+    if (path / "adapter_config.json").is_file():
+        adapter = True
+    elif (path / "config.json").is_file():
+        adapter = False
+    else:
+        raise RunError(f"{path}: neither a PEFT adapter (adapter_config.json) nor a transformers model (config.json)")
+    step = checkpoint_step(path) if path.parent.name == "checkpoints" else None
+    return Target(weights=path, is_adapter=adapter, run_root=run_root, step=step)
+
+
+def _run_config(run_root: Path | None) -> dict:
+    if run_root is None or not (run_root / "config.yaml").is_file():
+        return {}
+    import yaml
+
+    return yaml.safe_load((run_root / "config.yaml").read_text()) or {}
+
+
+def eval_config_file(run_root: Path, stage: str) -> Path:
+    """The run's resolved config.yaml cut to what eval reads (model, data, rewards, train, the stage's own
+    section), written beside it so relative paths keep their meaning; the caller deletes it."""
+    import yaml
+
+    from rlft.config.stages import SPECS
+
+    data = _run_config(run_root)
+    keep = {"model", "data", "rewards", "train", "lora", SPECS[stage].section if stage in SPECS else stage}
+    path = run_root / ".rlft-eval-config.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in data.items() if k in keep}, sort_keys=False))
+    return path
+
+
+def run_model_name(run_root: Path | None) -> str | None:
+    """`model.name_or_path` as the run's config.yaml states it (as the user gave it)."""
+    return (_run_config(run_root).get("model") or {}).get("name_or_path")
+
+
+def base_model_path(target: Target) -> str:
+    """Where the adapter's base model is on this machine: the adapter's recorded base if it exists
+    here, else the run's `model.name_or_path` (`tiny` built on demand, as in training)."""
+    from rlft.tiny import ensure_tiny_model
+
+    recorded = json.loads((target.weights / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    for name in (recorded, run_model_name(target.run_root)):
+        if not name:
+            continue
+        if name == "tiny":
+            std = (_run_config(target.run_root).get("model") or {}).get("tiny_init_std")
+            return str(ensure_tiny_model(**({"init_std": std} if std is not None else {})))
+        if Path(name).exists() or not name.startswith(("/", ".")):
+            return name
+    raise RunError(f"{target.weights}: its base model {recorded!r} is not on this machine and no run config names "
+                   f"another; pass the run folder instead")
+
+
+def load_policy(target: Target, dtype: str = "float32"):
+    """The trained policy (adapter on its base, or the full model) and its tokenizer, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dt = getattr(torch, dtype)
+    if target.is_adapter:
+        from peft import PeftModel
+
+        base_path = base_model_path(target)
+        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dt)
+        model = PeftModel.from_pretrained(base, str(target.weights))
+        tok_path = target.weights if (target.weights / "tokenizer_config.json").is_file() else base_path
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(target.weights), dtype=dt)
+        tok_path = target.weights
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return model, tokenizer
+
+
+def as_chat(tokenizer, text: str, raw: bool = False):
+    """A plain prompt as one user message when the tokenizer has a chat template (unless raw)."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return text
+    return [{"role": "user", "content": text}]
+
+
+# -- rlft generate -------------------------------------------------------------------------------------
+def generate(target: Target, prompts: list[str], n: int, max_tokens: int, temperature: float, top_p: float,
+             seed: int, raw: bool = False) -> list[dict]:
+    from rlft.rollout import SamplingParams, sample
+
+    model, tokenizer = load_policy(target)
+    rolls = sample(model, tokenizer, [as_chat(tokenizer, p, raw) for p in prompts], n,
+                   SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed))
+    return [{"prompt": prompts[rolls.prompt_index[i]], "completion": rolls.completions[i],
+             "finished": rolls.finished[i] if rolls.finished else None} for i in range(len(rolls))]
+
+
+# -- rlft eval -----------------------------------------------------------------------------------------
+def sampling_section(cfg: RlftConfig):
+    """The stage's sampling settings (its section's temperature/top_p/max_tokens), GRPO's otherwise."""
+    from rlft.config.stages import SPECS
+
+    section = getattr(cfg, SPECS[cfg.stage].section, None) if cfg.stage in SPECS else None
+    return section if section is not None and hasattr(section, "max_tokens") else cfg.grpo
+
+
+def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_prompts: int | None = None,
+             seed: int | None = None) -> dict:
+    """Sample n completions per evaluation prompt, score them with the config's rewards, write one row per
+    completion to `out` (completions.jsonl's format) and return per-reward and total means."""
+    from rlft.rewards import RewardResolveError, build_reward_suite
+    from rlft.rollout import CompletionLog, SamplingParams, sample, score
+    from rlft.stages.prompt_data import load_prompt_dataset
+
+    cfg.data.train, cfg.data.max_samples = data, max_prompts  # the loader reads data.train
+    ds = load_prompt_dataset(cfg)
+    if len(ds) == 0:
+        raise RunError(f"{data}: no prompts to evaluate")
+    try:
+        suite = build_reward_suite([vars(r) for r in cfg.rewards], max_failure_fraction=1.0)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None
+    if not suite.rewards:
+        raise RunError("the config has no rewards to score with (rewards: [...])")
+    model, tokenizer = load_policy(target)
+    s = sampling_section(cfg)
+    params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
+                            batch_size=64, seed=cfg.train.seed if seed is None else seed)
+    prompts = list(ds["prompt"])
+    rolls = sample(model, tokenizer, prompts, n, params, prompt_ids=list(ds["prompt_id"]))
+    columns = {c: list(ds[c]) for c in ds.column_names if c not in ("prompt", "prompt_id")}
+    scores = score(rolls, suite, columns)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    CompletionLog(out, -1).write_rollouts(target.step or 0, rolls, scores)
+
+    def mean(values):
+        got = [v for v in values if v is not None]
+        return statistics.fmean(got) if got else None
+
+    return {"model": str(target.weights), "data": data, "prompts": len(prompts), "n": n, "completions": len(rolls),
+            "reward_mean": mean(scores.total), "unscored": sum(v is None for v in scores.total),
+            "rewards": {name: mean(scores.per_reward[name]) for name in scores.names}, "out": str(out)}
+
+
+# -- rlft export ---------------------------------------------------------------------------------------
+def export(target: Target, out: Path, merge: bool) -> Path:
+    """`merge`: the adapter merged into its base, saved as a plain transformers model folder; otherwise
+    the adapter itself. Either way the base is recorded by the model's name as the run gave it (or the
+    merged model stands alone), never by a path that only exists on this machine."""
+    if out.exists() and any(out.iterdir()):
+        raise RunError(f"{out} exists and is not empty; choose another -o folder")
+    name = run_model_name(target.run_root)
+    if not target.is_adapter:
+        if merge:
+            raise RunError(f"{target.weights} is a full model already (no adapter to merge); copy the folder instead")
+    if merge:
+        model, tokenizer = load_policy(target)
+        merged = model.merge_and_unload()
+        merged.config._name_or_path = name or ""
+        merged.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
+    else:
+        shutil.copytree(target.weights, out, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
+                                                                          "trainer_state.json", "training_args.bin",
+                                                                          "rlft_*"))
+        cfg_path = out / "adapter_config.json"
+        adapter_cfg = json.loads(cfg_path.read_text())
+        recorded = adapter_cfg.get("base_model_name_or_path") or ""
+        if name:  # the base as the user named it: a hub id, rlft's `tiny`, or their own path
+            adapter_cfg["base_model_name_or_path"] = name
+        elif Path(recorded).is_absolute():
+            adapter_cfg["base_model_name_or_path"] = Path(recorded).name
+        cfg_path.write_text(json.dumps(adapter_cfg, indent=2) + "\n")
+        card = out / "README.md"
+        if card.is_file() and Path(recorded).is_absolute():  # PEFT's model card repeats the base path
+            card.write_text(card.read_text().replace(recorded, adapter_cfg["base_model_name_or_path"]))
+    return out

@@ -1,0 +1,85 @@
+"""Reward output captured per call (prints from the reward's own thread, its log records, failures with
+tracebacks, timing) and written per step to reward_logs.jsonl."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+import threading
+
+from rlft.rewards.capture import capture_output
+from rlft.rewards.safe import RewardSuite, SafeReward
+from rlft.rollout import RewardLog
+
+
+def noisy(prompts, completions, **kw):
+    print("scored", len(completions))
+    logging.getLogger("user.reward").warning("slow API %s", "x")
+    return [1.0] * len(completions)
+
+
+def test_capture_routes_only_the_capturing_thread(capsys):
+    sink: list[str] = []
+    seen_elsewhere = []
+
+    def other():
+        print("from another thread")
+
+    with capture_output(sink):
+        print("captured line")
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        sys.stderr.write("captured err\n")
+    print("after")
+    out = capsys.readouterr()
+    assert "".join(sink) == "captured line\ncaptured err\n"
+    assert "from another thread" in out.out and "after" in out.out and "captured line" not in out.out
+    assert not seen_elsewhere
+
+
+def test_safe_reward_log_per_call_in_worker_thread_and_inline():
+    for timeout in (30.0, None):
+        r = SafeReward("noisy", noisy, timeout_s=timeout)
+        r.capture = True
+        assert r(["p"] * 2, ["a", "b"]) == [1.0, 1.0]
+        r(["p"], ["c"])
+        log = r.pop_log()
+        assert log["calls"] == 2 and log["errors"] == 0 and log["ms"] >= 0
+        assert log["output"].count("scored") == 2 and "[WARNING user.reward] slow API x" in log["output"]
+        assert r.pop_log() is None  # popped
+
+
+def test_failures_carry_their_traceback_and_unscored_count():
+    def broken(prompts, completions, **kw):
+        print("about to fail")
+        raise KeyError("missing field")
+
+    r = SafeReward("broken", broken)
+    r.capture = True
+    assert r(["p"] * 3, ["a", "b", "c"]) == [None] * 3
+    log = r.pop_log()
+    assert log["errors"] == 3 and "about to fail" in log["output"]
+    assert "KeyError" in log["error"] and "Traceback" in log["error"] and "raise KeyError" in log["error"]
+
+
+def test_capture_off_leaves_prints_on_the_console(capsys):
+    r = SafeReward("noisy", noisy, timeout_s=None)  # off unless a stage writes reward_logs.jsonl
+    r(["p"], ["a"])
+    assert "scored 1" in capsys.readouterr().out and r.pop_log() is None  # nothing kept
+
+
+def test_suite_rows_and_writer(tmp_path):
+    suite = RewardSuite([SafeReward("noisy", noisy), SafeReward("quiet", lambda p, c, **k: [0.5] * len(c))])
+    suite.capture_logs(True)
+    suite.score(["p", "p"], ["a", "b"], {})
+    rows = suite.pop_logs()
+    assert [r["reward"] for r in rows] == ["noisy", "quiet"] and rows[1]["output"] == ""
+    path = tmp_path / "reward_logs.jsonl"
+    RewardLog(path).write(7, rows + [{"reward": "big", "calls": 1, "ms": 1.0, "errors": 0, "output": "x" * 30000}])
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [w["step"] for w in written] == [7, 7, 7] and written[0]["calls"] == 1
+    assert len(written[2]["output"]) < 20100 and "more characters" in written[2]["output"]
+    assert RewardLog(None).write(1, rows) == 0
