@@ -57,6 +57,8 @@ def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
             raise RunError(str(exc)) from None
     if key == "train" and cfg.data.max_samples:
         ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
+    if "prompt_id" not in ds.column_names:  # the row's id in completions.jsonl (a data column of that name wins)
+        ds = ds.add_column("prompt_id", list(range(len(ds))))
     return ds
 
 
