@@ -244,13 +244,17 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         _err(f"error: {exc}")
         raise typer.Exit(2)
     except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        # a read-only folder (output, cache, data) is the user's to fix, not an rlft crash
-        _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
-             f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
-        raise typer.Exit(2)
+        _read_only_exit(exc)
     raise typer.Exit(code or 0)
+
+
+def _read_only_exit(exc: OSError) -> None:
+    """A read-only folder (output, cache, data) is the user's to fix, not an rlft crash: one line, exit 2."""
+    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        raise exc
+    _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
+         f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+    raise typer.Exit(2)
 
 
 @app.command("report")
@@ -463,6 +467,9 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
+    from rlft.monitor.streams import protect_std_streams
+
+    protect_std_streams()  # `rlft pipeline run ... | head`: a closed pipe must not stop training
     pipe, checked = _load_pipeline(path, overrides, hw)
     for entry, cfg, _, _ in checked:
         if cfg.hw.num_processes > 1:
@@ -470,9 +477,10 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
             raise typer.Exit(2)
     from rlft.pipeline.runner import run_pipeline
-    from rlft.run import RunError
+    from rlft.run import RunError, check_writable
 
     try:
+        check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after
         code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
     except ConfigError as exc:
         _print_problems(exc.problems)
@@ -480,6 +488,8 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
+    except OSError as exc:
+        _read_only_exit(exc)
     raise typer.Exit(code)
 
 
