@@ -80,14 +80,16 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import render_yaml, schedule_summary
+    from rlft.config.render import ppo_schedule, render_yaml, sampled_sft_schedule, schedule_summary
 
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
         from rlft.config.init_from import describe_reference
 
-        typer.echo(schedule_summary(cfg))
+        typer.echo(ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg))
+        if cfg.stage in ("rs_sft", "awr"):
+            typer.echo(sampled_sft_schedule(cfg))
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "
                    f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
@@ -169,7 +171,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         raise typer.Exit(2)
     from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
-    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change)
+    opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
+                      argv=sys.argv[1:])
     try:
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         if needs_launch(cfg):

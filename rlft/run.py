@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import socket
 import sys
@@ -21,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.config.compose import Composed
+from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig
 
@@ -35,6 +37,7 @@ class RunOptions:
     overwrite: bool = False
     verbose: bool = False
     allow_config_change: bool = False
+    argv: list = field(default_factory=list)  # the command's arguments, for the printed resume command
 
 
 class RunError(Exception):
@@ -221,6 +224,10 @@ def aside_path(root: Path) -> Path:
 
 def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
     """Create (or reopen for --resume) the run folder, lock it and write config.yaml before training starts."""
+    if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
+        cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
+        print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
+              file=sys.stderr)
     if cfg.train.output_dir is None:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
@@ -269,3 +276,125 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
         run.release()
         raise
     return run
+
+
+# keys a resume may change without --allow-config-change: where the run folder is, how far to train,
+# how often to save and log
+RESUME_FREE = ("train.output_dir", "train.max_steps", "train.save_steps", "train.save_total_limit",
+               "train.logging_steps")
+
+
+def saved_config(root: Path) -> dict | None:
+    """A run folder's config.yaml as a dict (None when missing or unreadable)."""
+    import yaml
+
+    path = Path(root) / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object]]:
+    """(key, saved value, new value) for each setting that differs from a run's saved config. Left out:
+    RESUME_FREE keys, other stages' sections, keys the saved config predates (at their default) or lost."""
+    from dataclasses import asdict
+
+    from rlft.config.schema import STAGES
+    from rlft.config.stages import get_spec
+
+    a, b = _leaves(old), _leaves(asdict(cfg))
+    other_sections = {get_spec(s).section for s in STAGES} - {get_spec(cfg.stage).section}
+    out = []
+    for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0] == "rewards", k)):
+        if key in RESUME_FREE or key.split(".", 1)[0] in other_sections or key not in b:
+            continue
+        if key not in a and _plain(b[key]) == _plain(_schema_default(key)):
+            continue  # a setting newer than the saved config, at its default
+        if _plain(a.get(key)) != _plain(b[key]):
+            out.append((key, a.get(key), b[key]))
+    return out
+
+
+def _leaves(data: dict) -> dict:
+    """flatten(), with lists of sections (rewards) expanded by index: rewards.0.weight."""
+    out = {}
+    for key, value in flatten(data).items():
+        if isinstance(value, dict) and value:
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, item in enumerate(value):
+                out.update(_leaves({f"{key}.{i}": item}))
+            out[f"{key}.count"] = len(value)
+            continue
+        out[key] = value
+    return out
+
+
+_NO_DEFAULT = object()
+
+
+def _schema_default(key: str):
+    """The schema default of a dotted key (list indices skipped), or a sentinel when it has none."""
+    import dataclasses
+    import typing
+
+    cls, parts = RlftConfig, [p for p in key.split(".") if not p.isdigit()]
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return _NO_DEFAULT
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return _NO_DEFAULT
+        if i == len(parts) - 1:
+            f = fields[part]
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else _NO_DEFAULT
+        hint = typing.get_type_hints(cls)[part]
+        cls = typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint
+    return _NO_DEFAULT
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        value = list(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def resume_command(root: Path, argv: list[str]) -> str:
+    """The exact command that continues this run: the same arguments, the run folder pinned, --resume."""
+    keep = [a for a in argv if a not in ("--overwrite", "--resume", "--allow-config-change")
+            and not a.startswith("train.output_dir=")]
+    if not keep or keep[0] != "train":
+        keep = ["train", *keep]
+    return shlex.join(["rlft", *keep, f"train.output_dir={root}", "--resume"])
+
+
+def _default_run_names(parent: Path, stage: str) -> list[Path]:
+    pattern = re.compile(rf"{re.escape(stage)}-\d{{8}}-\d{{6}}")
+    found = [p for p in parent.glob(f"{stage}-*") if p.is_dir() and pattern.fullmatch(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)  # newest first: the names are timestamps
+
+
+def find_run_to_resume(cfg: RlftConfig, argv: list[str]) -> Path:
+    """--resume without train.output_dir: the newest runs/<stage>-<timestamp> whose config matches."""
+    parent = Path(default_output_dir(cfg.stage)).parent
+    runs = _default_run_names(parent, cfg.stage)
+    if not runs:
+        raise RunError(f"nothing to resume: train.output_dir is not set and there is no {parent}/{cfg.stage}-<timestamp> "
+                       f"run here (drop --resume to start a new run, or set train.output_dir=<run folder>)")
+    for root in runs:
+        old = saved_config(root)
+        if old is not None and not config_changes(old, cfg):
+            return root
+    newest = runs[0]
+    diff = [k for k, _, _ in config_changes(saved_config(newest) or {}, cfg)]
+    raise RunError(f"nothing to resume: no run in {parent}/ has this config. The newest {cfg.stage} run, {newest}, "
+                   f"differs in {', '.join(diff[:10])}{' ...' if len(diff) > 10 else ''}; to continue it anyway: "
+                   f"{resume_command(newest, argv)} --allow-config-change")

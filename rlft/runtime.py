@@ -16,7 +16,8 @@ from pathlib import Path
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step, prepare_run_dir
+from rlft.run import (COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step, config_changes, prepare_run_dir,
+                      resume_command, saved_config)
 
 log = logging.getLogger("rlft")
 RLFT_STATE = "rlft_state.json"
@@ -24,7 +25,7 @@ RLFT_STATE = "rlft_state.json"
 # own keys come from its StageSpec.resume_breaking
 RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
                    "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
-                   "data.train", "hw.num_processes")
+                   "data.train", "hw.num_processes", "train.optim")
 
 
 def quiet_libraries(verbose: bool) -> None:
@@ -196,6 +197,7 @@ class RunContext:
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
         self.final_only = False  # resume of a run killed during its final save: only redo that save
+        self.config_changes: dict = {}  # key -> (old, new), a resume with --allow-config-change
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.steps = 0
@@ -211,12 +213,15 @@ class RunContext:
         try:
             if self.opts.resume:
                 if self.own_resume:
-                    self._check_resume_config()
+                    self._check_config()
                 else:
                     self.resume_from = self._resolve_resume()
         except BaseException:
             self.run.release()
             raise
+        if self.rank == 0:
+            print(f"rlft: run folder {self.run.root}; to continue it after a stop: {self.resume_command}",
+                  file=sys.stderr)
         self.interrupt.install()
         if self.cfg.hw.cpu_threads:
             import torch
@@ -243,6 +248,10 @@ class RunContext:
             run.release()
         return False
 
+    @property
+    def resume_command(self) -> str:
+        return resume_command(self.run.root, self.opts.argv or ["--stage", self.cfg.stage])
+
     def write_summary(self, code: int | None, error: str | None = None) -> None:
         """summary.json for how the run ended; never lets a write failure hide the run's own outcome."""
         from rlft.monitor.summary import last_metrics, print_summary, run_numbers, status_for, write_summary
@@ -268,11 +277,25 @@ class RunContext:
         except (OSError, ValueError):  # a closed terminal must not turn a finished run into a failure
             pass
 
-    def _check_resume_config(self) -> None:
-        changed = breaking_changes(self.run, self.cfg)
-        if changed:
+    def _check_config(self) -> None:
+        """Resume with the config the run started with: list every changed key; refuse shape-changing ones,
+        and the rest unless --allow-config-change (then they are applied)."""
+        old = saved_config(self.run.root)
+        if old is None:
+            return
+        changes = config_changes(old, self.cfg)
+        breaking = RESUME_BREAKING + get_spec(self.cfg.stage).resume_breaking
+        listed = "".join(f"\n  {k}: {a!r} -> {b!r}" for k, a, b in changes)
+        if any(k in breaking for k, _, _ in changes):
             raise RunError("cannot resume: these settings changed since the run started and would break its "
-                           "checkpoints: " + "; ".join(changed) + ". Start a new run (another train.output_dir) instead.")
+                           "checkpoints: " + "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k in breaking)
+                           + ". Start a new run (another train.output_dir) instead.")
+        if changes and not self.opts.allow_config_change:
+            raise RunError(f"cannot resume {self.run.root}: {len(changes)} setting(s) changed since the run started:"
+                           f"{listed}\nPass --allow-config-change to continue with the new values, or undo the changes.")
+        if changes and self.rank == 0:
+            print(f"rlft: resuming with a changed config (--allow-config-change):{listed}", file=sys.stderr)
+        self.config_changes = {k: (a, b) for k, a, b in changes}
 
     def newest_checkpoint(self, folder: Path) -> Path | None:
         """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
@@ -285,7 +308,7 @@ class RunContext:
         return good[-1]
 
     def _resolve_resume(self) -> Path | None:
-        self._check_resume_config()
+        self._check_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
@@ -319,6 +342,13 @@ class RunContext:
         if self.rank == 0:
             for path in (self.run.metrics, self.run.completions, self.run.health):
                 drop_rows_after(path, step)
+        if self.config_changes and self.rank == 0:  # the run goes on with the new values: record them
+            self.run.config.rename(self.run.root / f"config.step-{step}.yaml")
+            from rlft.config.render import render_yaml
+
+            self.run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n"
+                                       f"# changed at step {step} (--allow-config-change); before: "
+                                       f"config.step-{step}.yaml\n{render_yaml(self.cfg, self.composed)}")
         state_file = newest / RLFT_STATE
         if state_file.is_file():
             self.extra_state = json.loads(state_file.read_text())
@@ -336,17 +366,23 @@ class RunContext:
 
         self.console = ConsoleProgress(self.cfg.stage)
         self.health = HealthMonitor(self.cfg, self.run, self.console)
+        extra = []
+        if self.config_changes:
+            from rlft.monitor.callbacks import ApplyConfigChanges
+
+            extra.append(ApplyConfigChanges(self.config_changes))
         return [MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
-                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health]
+                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *extra]
 
     def rlft_state(self, trainer) -> dict:
         """State rlft adds to each checkpoint (e.g. the adaptive KL coefficient)."""
-        if hasattr(trainer, "rlft_state_dict"):
-            return trainer.rlft_state_dict()
-        state = {}
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None:
-            state["kl_controller"] = kl_ctl.state_dict()
+        if hasattr(trainer, "rlft_state_dict"):  # the trainer knows its own (e.g. GRPO's KL controller state)
+            state = dict(trainer.rlft_state_dict())
+        else:
+            state = {}
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None:
+                state["kl_controller"] = kl_ctl.state_dict()
         if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
             state["trainer"] = trainer.rlft_extra_state()
         return state
@@ -356,12 +392,23 @@ class RunContext:
             return
         if hasattr(trainer, "load_rlft_state_dict"):
             trainer.load_rlft_state_dict(self.extra_state)
-            return
-        kl_ctl = getattr(trainer, "kl_ctl", None)
-        if kl_ctl is not None and "kl_controller" in self.extra_state:
-            kl_ctl.load_state_dict(self.extra_state["kl_controller"])
+            self._apply_kl_changes(trainer)
+        else:
+            kl_ctl = getattr(trainer, "kl_ctl", None)
+            if kl_ctl is not None and "kl_controller" in self.extra_state:
+                kl_ctl.load_state_dict(self.extra_state["kl_controller"])
         if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
             trainer.load_rlft_extra_state(self.extra_state["trainer"])
+
+    def _apply_kl_changes(self, trainer) -> None:
+        """--allow-config-change: a changed KL setting wins over the controller state in the checkpoint."""
+        kl_ctl, section = getattr(trainer, "kl_ctl", None), get_spec(self.cfg.stage).section
+        if kl_ctl is None:
+            return
+        for key, attr in (("kl_penalty_coef", "value"), ("init_kl_coef", "value"), ("target_kl", "target"),
+                          ("kl_horizon", "horizon")):
+            if f"{section}.{key}" in self.config_changes and hasattr(kl_ctl, attr):
+                setattr(kl_ctl, attr, float(self.config_changes[f"{section}.{key}"][1]))
 
     # -- training ------------------------------------------------------------------------------
     def train(self, trainer, tokenizer, *, final: bool = True) -> int:
@@ -395,23 +442,30 @@ class RunContext:
             trainer.train(resume_from_checkpoint=str(self.resume_from) if self.resume_from else None)
         except RunStopped as exc:
             self._save_now(trainer)
-            print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; resume with "
-                  f"`rlft train ... --resume` after fixing the cause.", file=sys.stderr)
+            print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; after fixing the cause, "
+                  f"resume with: {self.resume_command}", file=sys.stderr)
             return 3
         except RewardFailureError as exc:
             self._save_now(trainer)
-            print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with --resume.",
-                  file=sys.stderr)
+            print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with: "
+                  f"{self.resume_command}", file=sys.stderr)
             return 4
         except KeyboardInterrupt:
-            print("rlft: interrupted twice: exited without a new checkpoint", file=sys.stderr)
+            good = self.run.complete_checkpoints() if self.rank == 0 else []
+            if good:
+                print(f"rlft: interrupted twice: stopped at once, without a new checkpoint. {good[-1]} "
+                      f"(step {checkpoint_step(good[-1])}) is still there; resume from it with: {self.resume_command}",
+                      file=sys.stderr)
+            elif self.rank == 0:
+                print(f"rlft: interrupted twice: stopped at once; no checkpoint had been written yet, so start "
+                      f"again (add --overwrite to replace {self.run.root})", file=sys.stderr)
             return 130
         finally:
             self.console.close()
         if self.interrupt.signal is not None:
             step = trainer.state.global_step
             print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
-                  f"Resume with the same command plus --resume", file=sys.stderr)
+                  f"Resume with: {self.resume_command}", file=sys.stderr)
             return 128 + int(self.interrupt.signal)
         self.check_ranks_in_sync(trainer)
         if final:

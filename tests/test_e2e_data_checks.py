@@ -80,3 +80,16 @@ def test_other_sampling_stages_check_prompt_length_and_reward_columns_first(tmp_
     res = run_cli(*common[:-3], "rewards=[{fn: exact_match}]", f"{stage}.max_tokens=16")
     assert res.returncode == 2, res.stderr[-3000:]
     assert "reward 'exact_match' reads column 'answer'" in res.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("stage", ["rs_sft", "ppo"])
+def test_eval_prompts_are_checked_like_the_training_prompts(tmp_path, stage):
+    data = _data(tmp_path, [{"prompt": "Repeat the letter z:", "target": "z"}])
+    evals = _data(tmp_path, [{"prompt": "Repeat the letter y:", "target": "y"}, {"prompt": "y " * 500, "target": "y"}],
+                  "eval.jsonl")
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", stage, "--hw", "cpu", "model.name_or_path=tiny", f"data.train={data}",
+                  f"data.eval={evals}", f"train.output_dir={out}", "rewards=[{fn: char_fraction}]",
+                  f"{stage}.max_tokens=16", "train.max_seq_length=64", "data.too_long=error")
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "data.eval: 1 prompt(s) longer than 48 tokens" in res.stderr and not out.exists()

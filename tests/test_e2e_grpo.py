@@ -97,3 +97,33 @@ def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
         assert 1 <= c["completion_tokens"] <= 16 and c["reward_version"] == 1  # grpo.max_tokens 16 in the demo
         assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
     assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt
+
+
+def test_summary_eval_start_and_end_and_resume_keeps_the_start(tmp_path):
+    """eval.start / eval.end: fresh samples (group_size per evaluation prompt, fixed seed) through the rollout
+    layer; a resumed run reports the start measured before its first checkpoint (kept in the checkpoint)."""
+    import json
+
+    out = tmp_path / "run"
+    args = ("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.save_steps=1",
+            "data.eval_prompts=3")
+    res = run_cli(*args, "train.max_steps=2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ev = json.loads((out / "summary.json").read_text())["eval"]
+    assert ev["start"]["n"] == ev["end"]["n"] == 3 * 8 and ev["start"]["prompts"] == 3
+    assert 0 <= ev["start"]["reward_mean"] <= 1 and 0 <= ev["end"]["reward_mean"] <= 1
+    assert "eval: mean reward" in res.stderr
+    # the resumed run must take eval.start from the checkpoint, not measure it again
+    state_file = out / "checkpoints" / "checkpoint-2" / "rlft_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["trainer"]["eval_start"] == ev["start"]
+    state["trainer"]["eval_start"] = {**ev["start"], "reward_mean": 0.123456}
+    state_file.write_text(json.dumps(state))
+    res = run_cli(*args, "train.max_steps=3", "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ev2 = json.loads((out / "summary.json").read_text())["eval"]
+    assert ev2["start"]["reward_mean"] == 0.123456 and ev2["end"]["n"] == 24
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={tmp_path / 'noeval'}",
+                  "train.max_steps=1", "data.eval_prompts=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((tmp_path / "noeval" / "summary.json").read_text())["eval"] == {}

@@ -102,3 +102,42 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
 
     again = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *short, "--resume")
     assert again.returncode == 2 and "nothing left to do" in again.stderr
+
+
+def test_health_rollback_restores_adapter_and_value_head(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "ppo.num_episodes=96", "ppo.save_interval=32", "monitor.on_critical=rollback",
+                  env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "3"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    health = read_jsonl(out / "health.jsonl")
+    rolled = [h for h in health if h["rule"] == "rollback"]
+    assert rolled and rolled[0]["source"] == "checkpoint-2", health
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+def test_ddp_two_cpu_processes(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "ddp", "-c", DEMO, "hw.device=cpu", "hw.num_processes=2",
+                  "train.bf16=false", "train.tf32=null", "train.gradient_checkpointing=false", "ppo.num_episodes=64",
+                  "ppo.init_kl_coef=0.05", f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    dist = json.loads((out / "distributed.json").read_text())
+    assert dist["num_processes"] == 2 and dist["in_sync"], dist
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and rows[-1]["episodes"] == 64
+    assert (out / "final" / "value_head.safetensors").is_file()
+
+
+def test_init_from_an_earlier_run(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={first}", "ppo.num_episodes=48")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={second}",
+                  f"model.init_from={first}", "ppo.num_episodes=16", "ppo.init_kl_coef=0.05")
+    assert res.returncode == 0, res.stderr[-3000:]
+    end_first = json.loads((first / "summary.json").read_text())["eval"]["end"]
+    start_second = json.loads((second / "summary.json").read_text())["eval"]["start"]
+    assert start_second == end_first  # same weights, same evaluation seed
+    row = read_jsonl(second / "metrics.jsonl")[0]
+    assert abs(row["kl_policy_ref"]) < 1e-6  # the reference is the starting model

@@ -120,6 +120,8 @@ def test_kill_while_sampling_resumes_after_last_prompt(tmp_path):
     assert [(r["prompt_id"], r["completion"], r["total"], r["kept"]) for r in resumed] == \
            [(r["prompt_id"], r["completion"], r["total"], r["kept"]) for r in ref]
     assert _summary(out)["status"] == "finished"
+    again = _train("rs_sft", RS_DEMO, out, *small, resume=True)  # a finished run has nothing left to do
+    assert again.returncode == 2 and "nothing left to do" in again.stderr
 
 
 def test_kill_while_training_resumes_from_checkpoint_without_sampling(tmp_path):
@@ -157,11 +159,29 @@ def test_kill_while_training_resumes_from_checkpoint_without_sampling(tmp_path):
 
 def test_nothing_above_threshold_stops_before_training(tmp_path):
     out = tmp_path / "run"
-    res = _train("rs_sft", RS_DEMO, out, *SMALL, "rs_sft.rounds=1", "rs_sft.reward_threshold=5")
+    evals = tmp_path / "eval.jsonl"  # eval.start comes from data.eval's first data.eval_prompts rows
+    evals.write_text("".join(json.dumps({"prompt": f"Repeat the letter {c}: ", "target": c}) + "\n" for c in "abc"))
+    res = _train("rs_sft", RS_DEMO, out, *SMALL, "rs_sft.rounds=1", "rs_sft.reward_threshold=5",
+                 f"data.eval={evals}", "data.eval_prompts=2")
     assert res.returncode == 2, res.stderr[-3000:]
     assert "reward_threshold (5.0)" in res.stderr and "min " in res.stderr and "median " in res.stderr
     assert "Traceback" not in res.stderr
     assert len(read_jsonl(out / "samples.jsonl")) == 8 * 8
     s = _summary(out)
     assert s["status"] == "failed" and s["exit_code"] == 2 and s["steps"] == 0
+    assert s["eval"]["start"]["prompts"] == 2 and s["eval"]["start"]["n"] == 2 * 8 and "end" not in s["eval"]
     assert not (out / "final").exists()
+
+
+def test_chat_prompts_train_as_conversations(tmp_path):
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"Repeat the letter {c}: "}],
+                                        "target": c}) + "\n" for c in "zzzzzzzz"))
+    out = tmp_path / "run"
+    res = _train("awr", AWR_DEMO, out, *SMALL, f"data.train={data}", "awr.rounds=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    samples = read_jsonl(out / "samples.jsonl")
+    assert len(samples) == 8 * 8 and all(isinstance(r["prompt"], list) for r in samples)
+    assert (out / "final" / "adapter_config.json").is_file()
+    s = _summary(out)
+    assert s["status"] == "finished" and s["max_steps"] == s["steps"]

@@ -71,11 +71,13 @@ def test_overwrite_keeps_old_run_until_new_run_checkpoints(tmp_path):
 
 def test_second_run_on_a_busy_folder_is_refused(tmp_path):
     out = tmp_path / "run"
-    proc = _start(out, "train.max_steps=500", "train.save_steps=1")
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *_args(out, "train.max_steps=5", "train.save_steps=1")],
+                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "RLFT_FAULT_SLEEP_AT_STEP": "2:300"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # idles in step 2
     try:
         _wait_for(proc, lambda: (out / "checkpoints" / "checkpoint-1" / "rlft_complete").exists(), "a checkpoint")
         for extra in (["--resume"], ["--overwrite"], []):
-            res = _train(out, "train.max_steps=40", *extra)
+            res = _train(out, "train.max_steps=5", "train.save_steps=1", *extra)
             assert res.returncode == 2, (extra, res.stderr[-2000:])
             assert f"in use by another rlft run (pid {proc.pid} on host" in res.stderr, res.stderr[-2000:]
             assert "Traceback" not in res.stderr
@@ -165,3 +167,75 @@ def test_adaptive_kl_coefficient_resumes_exactly(tmp_path):
     got = [r["kl_coef"] for r in read_jsonl(out / "metrics.jsonl")]
     assert len(set(want)) == 4, want  # the coefficient moves every step, so a skipped update shows
     assert got == want
+
+
+def test_changed_config_is_listed_and_refused_unless_allowed(tmp_path):
+    out = tmp_path / "run"
+    assert _train(out, "train.max_steps=2", "train.save_steps=2").returncode == 0
+    changed = ["train.max_steps=3", "train.learning_rate=1e-3", "grpo.temperature=0.9"]
+    res = _train(out, *changed, "--resume")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "2 setting(s) changed" in res.stderr
+    assert "train.learning_rate: 0.003 -> 0.001" in res.stderr and "grpo.temperature: 1.0 -> 0.9" in res.stderr
+    assert "--allow-config-change" in res.stderr
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]  # nothing ran
+    res = _train(out, *changed, "--resume", "--allow-config-change")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert rows[1]["learning_rate"] == pytest.approx(3e-3) and rows[2]["learning_rate"] == pytest.approx(1e-3)
+    assert "learning_rate: 0.001" in (out / "config.yaml").read_text()
+    assert "learning_rate: 0.003" in (out / "config.step-2.yaml").read_text()
+    # shape-changing keys stay refused, flag or not
+    res = _train(out, "train.max_steps=4", "train.learning_rate=1e-3", "grpo.temperature=0.9", "grpo.group_size=4",
+                 "--resume", "--allow-config-change")
+    assert res.returncode == 2 and "would break its checkpoints: grpo.group_size: 8 -> 4" in res.stderr
+
+
+def test_resume_without_output_dir_finds_the_newest_run_of_this_config(tmp_path):
+    import re
+    import shlex
+
+    demo = str(ROOT / DEMO)
+    base = ["train", "--stage", "grpo", "--hw", "cpu", "-c", demo, "train.save_steps=1"]
+    first = run_cli(*base, "train.max_steps=2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run1,) = (tmp_path / "runs").iterdir()
+    # printed at the start: the exact command that continues this run
+    printed = re.search(r"to continue it after a stop: (.+)", first.stderr).group(1)
+    assert shlex.split(printed) == ["rlft", *base, "train.max_steps=2", f"train.output_dir=runs/{run1.name}",
+                                    "--resume"]
+    time.sleep(1.1)  # run folders are named by the second
+    other = run_cli(*base, "train.max_steps=1", "train.learning_rate=1e-3", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr[-2000:]
+    res = run_cli(*base, "train.max_steps=3", "--resume", cwd=tmp_path)  # the newer run has another lr
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"continuing runs/{run1.name}, the newest grpo run with this config" in res.stderr
+    assert "from step 2 to step 3" in res.stderr
+    assert [r["step"] for r in read_jsonl(run1 / "metrics.jsonl")] == [1, 2, 3]
+    # no run has this config: say which run is newest and the exact command to continue it
+    newest = max(p.name for p in (tmp_path / "runs").iterdir())
+    res = run_cli(*base, "train.max_steps=3", "train.learning_rate=5e-4", "--resume", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "no run in runs/ has this config" in res.stderr and f"train.output_dir=runs/{newest}" in res.stderr
+    assert "differs in train.learning_rate" in res.stderr
+    res = run_cli(*base, "--resume", cwd=tmp_path / "runs")
+    assert res.returncode == 2 and "nothing to resume" in res.stderr
+
+
+def test_second_ctrl_c_names_the_checkpoint_and_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *_args(out, "train.max_steps=5", "train.save_steps=1")],
+                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "RLFT_FAULT_SLEEP_AT_STEP": "3:120"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(proc, lambda: (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists(), "checkpoint-2")
+    time.sleep(1.0)  # now inside the long step 3
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted twice" in err and f"{out / 'checkpoints' / 'checkpoint-2'} (step 2) is still there" in err
+    assert f"train.output_dir={out} --resume" in err and "Traceback" not in err
+    res = _train(out, "train.max_steps=5", "train.save_steps=1", "--resume")
+    assert res.returncode == 0 and "from step 2 to step 5" in res.stderr, res.stderr[-2000:]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, read_jsonl, run_cli
 from rlft.config import ConfigError, compose, validate
 
 DEMO = ROOT / "configs" / "examples"
@@ -119,3 +119,10 @@ def test_grpo_starts_from_an_orpo_run(tmp_path):
     saved = (grpo / "config.yaml").read_text()
     assert f"init_from: {orpo}" in saved and "ref: init" in saved and "init_config_hash:" in saved
     assert json.loads((grpo / "summary.json").read_text())["status"] == "finished"
+    # the stage really trains from ORPO's weights: same seed, the base model samples other completions
+    plain = tmp_path / "plain"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO / "grpo_demo.yaml", f"train.output_dir={plain}",
+                  "train.max_steps=1", "grpo.kl_penalty_coef=0.05")
+    assert res.returncode == 0, res.stderr[-2000:]
+    first = lambda run: [r["completion"] for r in read_jsonl(run / "completions.jsonl") if r["step"] == 1]  # noqa: E731
+    assert first(grpo) and first(grpo) != first(plain)

@@ -154,14 +154,45 @@ stages:
     assert all(s["wall_s"] > 0 for s in summary["stages"])
 
 
+CHAIN_WEIGHTS = """
+import sys, torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+from rlft.models.loading import load_model_and_tokenizer, load_reference
+from rlft.pipeline.spec import check_pipeline, load_pipeline
+from rlft.tiny import ensure_tiny_model
+root = sys.argv[2]
+pipe = load_pipeline(sys.argv[1])
+entry, cfg, _, _ = check_pipeline(pipe, [], "cpu")[2]  # stage 3, its predecessors finished: init_from as at run time
+policy, _ = load_model_and_tokenizer(cfg)
+by_hand = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(init_std=cfg.model.tiny_init_std)))
+by_hand = PeftModel.from_pretrained(by_hand, root + "/01-orpo/final").merge_and_unload()
+only_orpo = {k: v.clone() for k, v in by_hand.state_dict().items()}
+by_hand = PeftModel.from_pretrained(by_hand, root + "/02-rs_sft/final").merge_and_unload()
+sp = policy.state_dict()
+print("INIT_FROM", cfg.model.init_from.endswith("02-rs_sft"), "REF", cfg.model.ref, load_reference(cfg) is None)
+print("EQUALS_STAGE2", all(torch.equal(sp[k], v) for k, v in by_hand.state_dict().items()))
+print("EQUALS_STAGE1", all(torch.equal(sp[k], v) for k, v in only_orpo.items()))
+"""
+
+
 @pytest.mark.e2e
 def test_pipeline_demo_runs(tmp_path):
     res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     summary = json.loads((root / "pipeline_summary.json").read_text())
-    assert [s["status"] for s in summary["stages"]] == ["finished"] * len(summary["stages"])
+    assert [s["stage"] for s in summary["stages"]] == ["orpo", "rs_sft", "grpo"]
+    assert [s["status"] for s in summary["stages"]] == ["finished"] * 3
     for stage in summary["stages"]:
         assert json.loads((tmp_path / stage["dir"] / "summary.json").read_text())["status"] == "finished"
-    saved = (root / "02-grpo" / "config.yaml").read_text()
-    assert "init_from:" in saved and "01-orpo" in saved
+    for later, earlier in (("02-rs_sft", "01-orpo"), ("03-grpo", "02-rs_sft")):
+        saved = (root / later / "config.yaml").read_text()
+        assert f"init_from: {root / earlier}" in saved or f"init_from: runs/pipeline_demo/{earlier}" in saved
+    # stage 3 starts from (and, with the adapter disabled, measures KL against) stage 2's merged weights
+    probe = subprocess.run([sys.executable, "-c", CHAIN_WEIGHTS, str(EXAMPLES / "pipeline_demo.yaml"), str(root)],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert "INIT_FROM True REF init True" in probe.stdout
+    assert "EQUALS_STAGE2 True" in probe.stdout and "EQUALS_STAGE1 False" in probe.stdout

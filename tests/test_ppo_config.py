@@ -36,3 +36,37 @@ def test_profile_validates_and_target_kl_states_its_unit():
 
     specs = leaf_specs()
     assert "per token" in specs["ppo.target_kl"].help and "per token" in specs["grpo.target_kl"].help
+
+
+def test_show_config_explain_converts_episodes_to_updates():
+    res = CliRunner().invoke(app, ["show-config", "--stage", "ppo", "--hw", "cpu", "--explain", "ppo.num_episodes=640",
+                                   "ppo.log_interval=32", "ppo.save_interval=160", "ppo.eval_interval=100"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.stdout.splitlines() if x.startswith("# ppo schedule"))
+    assert "640 episodes / batch_size 16 = 40 updates" in line
+    assert "log_interval 32 episodes = every 2 update(s)" in line
+    assert "eval_interval 100 episodes = every 6 update(s)" in line
+    assert "save_interval 160 episodes = every 10 update(s)" in line
+    assert "16 optimizer steps per update, 640 in all" in line  # 4 epochs x 4 minibatches, cpu: no accumulation
+
+
+def test_settings_match_the_explained_schedule():
+    from rlft.config import load_config
+    from rlft.stages.ppo import ppo_settings
+
+    cfg, _, _ = load_config("ppo", "rtx4090", [], ["ppo.num_episodes=160", "ppo.log_interval=32"])
+    s = ppo_settings(cfg)
+    assert (s.num_updates, s.log_every, s.minibatches_per_step) == (10, 2, 4)
+    assert s.optimizer_steps_per_update == 4  # 4 epochs x (4 minibatches / 4 accumulated)
+
+
+def test_processes_must_split_batch_and_minibatch():
+    res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp", "hw.num_processes=3"])
+    assert res.exit_code == 2
+    assert "error: hw.num_processes (command line)" in res.stderr and "divisible by hw.num_processes (3)" in res.stderr
+
+
+def test_max_steps_is_flagged_for_ppo():
+    res = run("train.max_steps=10")
+    assert res.exit_code == 0 and "warning: train.max_steps (command line)" in res.stderr
+    assert "ppo.num_episodes" in res.stderr

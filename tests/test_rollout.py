@@ -31,12 +31,11 @@ def tiny():
 
 def _recomputed_logprobs(model, r: Rollouts, temperature: float) -> torch.Tensor:
     """log softmax(logits / T) of each sampled token from one plain forward pass over prompt + completion."""
-    ids = torch.cat([r.prompt_ids_BP, r.completion_ids_BT], 1)
-    mask = torch.cat([r.prompt_mask_BP, r.completion_mask_BT], 1)
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    batch = r.model_inputs()
+    P = batch.pop("prompt_len")
+    assert P == r.prompt_ids_BP.size(1) and batch["input_ids"].shape == (len(r), P + r.completion_ids_BT.size(1))
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
-    P = r.prompt_ids_BP.size(1)
+        logits = model(**batch).logits
     lp = torch.log_softmax(logits[:, P - 1:-1].float() / temperature, -1)
     return lp.gather(2, r.completion_ids_BT.unsqueeze(2)).squeeze(2) * r.completion_mask_BT
 
@@ -81,6 +80,13 @@ def test_sample_is_deterministic_under_a_seed(tiny):
     c = sample(model, tok, PROMPTS, 3, SamplingParams(temperature=1.0, max_new_tokens=8, seed=8, batch_size=3))
     assert torch.equal(a.completion_ids_BT, b.completion_ids_BT) and torch.equal(a.logprobs_BT, b.logprobs_BT)
     assert not torch.equal(a.completion_ids_BT, c.completion_ids_BT)
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    sample(model, tok, PROMPTS, 2, params)  # a seeded sample leaves the caller's random stream alone
+    assert torch.equal(torch.rand(3), expected)
+    with pytest.raises(ValueError, match="no prompts"):
+        sample(model, tok, [], 2, params)
 
 
 def test_chunked_sampling_pads_chunks_to_one_batch(tiny):
@@ -162,6 +168,18 @@ def test_score_counts_toward_the_failure_guard_unless_told_not_to():
         score(r, suite, columns={"target": ["z", "q"]})
 
 
+def test_row_ids_are_not_passed_to_rewards():
+    seen = {}
+
+    def grab(prompts, completions, **kw):
+        seen.update(kw)
+        return [1.0] * len(completions)
+
+    r = _fake_rollouts(["a", "b"], 1, ["p0", "p1"])
+    score(r, RewardSuite([SafeReward("grab", grab)]), columns={"prompt_id": [7, 8], "target": ["x", "y"]})
+    assert seen == {"target": ["x", "y"]}
+
+
 def test_score_texts_makes_chat_messages_plain_text():
     seen = {}
 
@@ -191,3 +209,44 @@ def test_completion_log_counts_completions_not_groups(tmp_path):
     assert len(rows) == 7 and rows[-1]["weight"] == 4 and rows[-1]["round"] == 0 and "advantage" not in rows[-1]
     assert CompletionLog(path, 0).write_rollouts(7, r, s) == 0 and CompletionLog(None, 4).write_rollouts(7, r, s) == 0
     assert len(path.read_text().splitlines()) == 7
+
+
+@pytest.mark.e2e
+def test_sampling_benchmark_runs_and_draws_the_same_tokens_as_plain_generate():
+    import subprocess
+    import sys
+
+    from rlft.config import configs_dir
+
+    root = configs_dir().parent
+    script = root.parent / "scripts" / "bench_rollout_sampling.py"
+    if not script.is_file():
+        pytest.skip("scripts/ not shipped with this install")
+    proc = subprocess.run([sys.executable, str(script), "--prompts", "2", "--n", "2", "--max-new-tokens", "4",
+                           "--rounds", "1"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "same tokens drawn: True" in proc.stdout and "ratio rlft/plain" in proc.stdout
+
+
+def test_reward_suite_itself_never_passes_row_ids():
+    """Stages that call the suite directly (not through rollout.score) get the same rule."""
+    seen = {}
+
+    def grab(prompts, completions, answer):  # a strict signature: an extra column would make it fail
+        seen["answer"] = answer
+        return [1.0] * len(completions)
+
+    s = RewardSuite([SafeReward("grab", grab)]).score(["p"], ["c"], {"prompt_id": [3], "answer": ["a"]})
+    assert s.total == [1.0] and seen == {"answer": ["a"]}
+
+
+def test_evaluate_is_seeded_uncounted_and_leaves_no_metrics_behind(tiny):
+    from rlft.rollout import evaluate
+
+    model, tok = tiny
+    suite = RewardSuite([SafeReward("len", lambda p, c, **kw: [len(x) / 100 for x in c])])
+    params = SamplingParams(max_new_tokens=6, seed=5)
+    a = evaluate(model, tok, suite, PROMPTS, {}, 3, params)
+    b = evaluate(model, tok, suite, PROMPTS, {}, 3, params)
+    assert a == b and a["n"] == 6 and a["prompts"] == 2 and a["unscored"] == 0 and a["reward_mean"] > 0
+    assert suite.seen == 0 and suite.metrics() == {"rewards/len/errors": 0.0}  # nothing left in the window

@@ -50,3 +50,18 @@ def test_awr_ess_rule_warns_below_threshold_for_awr_only():
     assert fire("awr", 0.2) == [] and fire("rs_sft", 0.05) == [] and fire("grpo", 0.05) == []
     f = evaluate_rules({"ess": 0.05}, SimpleNamespace(stage="awr", monitor=MonitorConfig()))[0]
     assert f.level == "warning" and f.threshold == 0.1
+
+
+@pytest.mark.parametrize("stage, words", [
+    ("rs_sft", ["rs_sft rounds: 8 x", "each prompt's best sample", "> 0.0", "apply to each round"]),
+    ("awr", ["awr rounds: 5 x", "min(exp(2.0 x normalised advantage), 10.0)", "16 prompts x 8 fresh samples"]),
+])
+def test_show_config_explains_rounds(stage, words):
+    from rlft.config import configs_dir
+
+    result = cli("show-config", "--stage", stage, "--hw", "cpu", "-c", configs_dir() / "examples" / f"{stage}_demo.yaml",
+                 "--explain")
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith(f"# {stage} rounds"))
+    for w in words:
+        assert w in line, (w, line)

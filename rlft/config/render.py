@@ -92,3 +92,37 @@ def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
     if (run_total, run_warm) != (total, warm):
         text += f"; transformers rounds partial steps up and runs {run_total} steps, {run_warm} warmup"
     return text
+
+
+def episodes_to_updates(episodes: int, batch_size: int) -> int:
+    """A PPO interval in episodes as whole updates (batch_size episodes each), at least 1."""
+    return max(1, round(episodes / batch_size))
+
+
+def ppo_schedule(cfg: RlftConfig) -> str:
+    """PPO counts episodes: how num_episodes and the *_interval keys become updates and optimizer steps."""
+    p, ga = cfg.ppo, cfg.train.gradient_accumulation_steps
+    updates = math.ceil(p.num_episodes / p.batch_size)
+    conv = "; ".join(f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} "
+                     f"update(s)" for name in ("log_interval", "eval_interval", "save_interval"))
+    per_epoch = p.batch_size // p.mini_batch_size
+    per_step = max(1, min(ga, per_epoch))
+    steps = p.ppo_epochs * math.ceil(per_epoch / per_step)
+    return (f"# ppo schedule: {p.num_episodes} episodes / batch_size {p.batch_size} = {updates} updates (a metrics "
+            f"and checkpoint step is one update); {conv}; each update = {p.ppo_epochs} epoch(s) x {per_epoch} "
+            f"minibatch(es) of {p.mini_batch_size} episodes, an optimizer step every {per_step} minibatch(es) = "
+            f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
+
+
+def sampled_sft_schedule(cfg: RlftConfig) -> str:
+    """RS-SFT / AWR: how rounds, sampling and the SFT schedule fit together."""
+    s = getattr(cfg, cfg.stage)
+    what = ("keeps " + ("each prompt's best sample" if s.keep == "best" else "every sample")
+            + f" with total reward > {s.reward_threshold} (at most {s.max_samples})") if cfg.stage == "rs_sft" \
+        else f"weighs every scored sample by min(exp({s.advantage_beta} x normalised advantage), {s.clip_advantage})"
+    evals = (f"; eval.start / eval.end: {cfg.data.eval_prompts} prompts x {s.num_samples_per_prompt} fresh samples"
+             if cfg.data.eval_prompts else "")
+    return (f"# {cfg.stage} rounds: {s.rounds} x (sample {s.num_samples_per_prompt} completions per prompt of data.train, "
+            f"up to {s.max_tokens} tokens at temperature {s.temperature}, {s.generation_batch_size} per generate call; "
+            f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each round{evals}")
+

@@ -175,6 +175,14 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         if step < pb and pb % step:
             err("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
                 f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
+    nproc_ppo = g("hw.num_processes")
+    if c.stage == "ppo" and isinstance(nproc_ppo, int) and nproc_ppo > 1 and isinstance(pb, int) and isinstance(pm, int) \
+            and (pb % nproc_ppo or pm % nproc_ppo):
+        err("hw.num_processes", f"ppo.batch_size ({pb}) and ppo.mini_batch_size ({pm}) must be divisible by "
+            f"hw.num_processes ({nproc_ppo}): each process takes an equal share of both")
+    if c.stage == "ppo" and isinstance(g("train.max_steps"), int) and g("train.max_steps") > 0:
+        err("train.max_steps", "has no effect on PPO, which counts episodes: set ppo.num_episodes "
+            f"(updates = num_episodes / ppo.batch_size)", "warning")
     if c.stage == "ppo" and g("ppo.value_model") == "separate":
         err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
             "(a value head on the policy's backbone)")

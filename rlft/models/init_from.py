@@ -23,7 +23,7 @@ def _has_adapter(root: Path) -> bool:
 
 
 def _load_base(model_cfg: dict, cfg: RlftConfig):
-    from rlft.models.loading import load_causal_lm
+    from rlft.models.weights import load_causal_lm
 
     name = model_cfg.get("name_or_path") or cfg.model.name_or_path
     if name == "tiny":
@@ -48,7 +48,7 @@ def start_model(root: Path, cfg: RlftConfig):
 def merged_model(root: Path, cfg: RlftConfig):
     """The weights after run `root`: its start with its final adapter merged in."""
     if not _has_adapter(root):
-        from rlft.models.loading import load_causal_lm
+        from rlft.models.weights import load_causal_lm
 
         return load_causal_lm(str(root / "final"), cfg)
     from peft import PeftModel

@@ -6,31 +6,32 @@ import logging
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
+from rlft.models.weights import DTYPES, load_causal_lm, resolve_model_path, torch_dtype  # noqa: F401 - re-exported
 
 log = logging.getLogger("rlft")
 
-DTYPES = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-def resolve_model_path(cfg: RlftConfig) -> str:
-    """`tiny` is rlft's built-in model, built once into the cache; anything else passes through."""
-    if cfg.model.name_or_path == "tiny":
-        from rlft.tiny import ensure_tiny_model
-
-        return str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
-    return cfg.model.name_or_path
-
-
 def load_model_and_tokenizer(cfg: RlftConfig):
-    """The policy to train and its tokenizer, from `model.name_or_path` (`tiny` built on demand), or
-    from an earlier run's weights and tokenizer with `model.init_from`."""
+    """The policy to train and its tokenizer (see `load_policy` and `load_policy_tokenizer`)."""
+    return load_policy(cfg), load_policy_tokenizer(cfg)
+
+
+def load_policy(cfg: RlftConfig):
+    """The model this stage starts training: `model.name_or_path` (`tiny` built on demand), or with
+    `model.init_from` the earlier run's weights (merged, or carrying its adapter for `continue`)."""
     if cfg.model.init_from:
-        from rlft.config.init_from import run_root
         from rlft.models.init_from import load_initial_policy
 
-        return load_initial_policy(cfg), load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
-    path = resolve_model_path(cfg)
-    return load_causal_lm(path, cfg), load_tokenizer(path, cfg)
+        return load_initial_policy(cfg)
+    return load_causal_lm(resolve_model_path(cfg), cfg)
+
+
+def load_policy_tokenizer(cfg: RlftConfig):
+    """The tokenizer of the policy: the base model's, or the one an init_from run saved with its model."""
+    if cfg.model.init_from:
+        from rlft.config.init_from import run_root
+
+        return load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
+    return load_tokenizer(resolve_model_path(cfg), cfg)
 
 
 def load_tokenizer(path: str, cfg: RlftConfig):
@@ -40,23 +41,6 @@ def load_tokenizer(path: str, cfg: RlftConfig):
     if tok.pad_token is None:  # batching needs a pad token; eos is the usual stand-in
         tok.pad_token = tok.eos_token
     return tok
-
-
-def _dtype(cfg: RlftConfig):
-    import torch
-
-    name = cfg.model.torch_dtype
-    if name == "auto":  # match the training precision so weights are not cast twice
-        if cfg.train.bf16:
-            return torch.bfloat16
-        return torch.float32
-    return getattr(torch, name)
-
-
-def load_causal_lm(path: str, cfg: RlftConfig):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(path, dtype=_dtype(cfg), trust_remote_code=cfg.model.trust_remote_code)
 
 
 def lora_config(cfg: RlftConfig, model=None):
@@ -97,7 +81,7 @@ def load_reference(cfg: RlftConfig):
     if (path / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=_dtype(cfg)).merge_and_unload()
+        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(cfg)).merge_and_unload()
     else:
         model = load_causal_lm(str(path), cfg)
     model.eval()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from transformers import TrainerCallback
 
 
@@ -10,6 +13,11 @@ class InterruptCallback(TrainerCallback):
 
     def __init__(self, interrupt):
         self.interrupt = interrupt
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        fault = os.environ.get("RLFT_FAULT_SLEEP_AT_STEP")  # tests: "STEP:SECONDS", a long step to interrupt
+        if fault and state.global_step + 1 == int(fault.split(":")[0]):
+            time.sleep(float(fault.split(":")[1]))
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.interrupt.signal is not None:
@@ -26,4 +34,32 @@ class CheckpointMarker(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.ctx.mark_complete(self.ctx.trainer)
+        return control
+
+
+class ApplyConfigChanges(TrainerCallback):
+    """A resume with --allow-config-change: the optimizer and scheduler states loaded from the checkpoint
+    carry the old learning rate and weight decay; put the new ones in (runs after the checkpoint is loaded)."""
+
+    def __init__(self, changes: dict):
+        self.changes = changes
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        if optimizer is None:
+            return control
+        if "train.learning_rate" in self.changes:
+            old, new = self.changes["train.learning_rate"]
+            ratio = float(new) / float(old)  # a ratio keeps the schedule's position (warmup, decay, rollbacks)
+            for group in optimizer.param_groups:
+                group["lr"] *= ratio
+                if "initial_lr" in group:
+                    group["initial_lr"] *= ratio
+            if hasattr(lr_scheduler, "base_lrs"):
+                lr_scheduler.base_lrs = [lr * ratio for lr in lr_scheduler.base_lrs]
+                lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+        if "train.weight_decay" in self.changes:
+            old, new = self.changes["train.weight_decay"]
+            for group in optimizer.param_groups:
+                if group.get("weight_decay") == old:  # groups without decay (biases, norms) keep 0
+                    group["weight_decay"] = float(new)
         return control

@@ -187,7 +187,10 @@ class HealthMonitor(TrainerCallback):
         model = trainer.accelerator.unwrap_model(trainer.model)
         good = [p for p in self.run.complete_checkpoints() if checkpoint_step(p) < (step or 0)]
         source = "the initial weights"
-        if good:
+        if good and hasattr(trainer, "load_weights_from"):  # a trainer with weights of its own (PPO's value head)
+            trainer.load_weights_from(good[-1])
+            source = good[-1].name
+        elif good:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 

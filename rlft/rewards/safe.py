@@ -42,11 +42,16 @@ logger = logging.getLogger("rlft.rewards")
 
 # keys a reward entry in the config may carry
 _CFG_KEYS = {"fn", "weight", "kwargs", "name", "timeout_s"}
+# dataset columns that identify a row rather than describe it (rlft adds `prompt_id` to prompt data):
+# never passed to reward functions
+ROW_ID_COLUMNS = ("prompt_id",)
 
 # seconds one call may run unless the config says otherwise
 DEFAULT_TIMEOUT_S = 30.0
 # how often a waiting call looks at the timeout and the interrupt flag
 _POLL_S = 0.05
+# after an interrupt, how long a running call may still finish (a quick reward keeps its scores)
+_ABORT_GRACE_S = 2.0
 
 
 class RewardFailureError(RuntimeError):
@@ -175,8 +180,10 @@ class SafeReward:
         if outcome == "raised":
             return self._fail_batch(n, _exception_kind(raw), f"raised {type(raw).__name__}: {raw}", raw)
         if outcome == "timeout":
+            stuck = sum(t.is_alive() for t in self._abandoned)
             return self._fail_batch(n, "timed out", f"did not return within timeout_s={self.timeout_s:g} s "
-                                    f"(the call is abandoned; raise rewards[].timeout_s if it is only slow)")
+                                    f"(the call is abandoned, {stuck} abandoned call(s) still running; raise "
+                                    f"rewards[].timeout_s if it is only slow)")
         if outcome == "aborted":
             return self._fail_batch(n, "interrupted", "was still running when the run was interrupted")
         values = _as_list(raw)
@@ -223,8 +230,11 @@ class SafeReward:
         worker = threading.Thread(target=work, name=f"rlft-reward-{self.name}", daemon=True)
         worker.start()
         deadline = time.monotonic() + self.timeout_s
+        abort_at = None
         while not done.wait(_POLL_S):
-            if self.should_abort():
+            if abort_at is None and self.should_abort():
+                abort_at = time.monotonic() + _ABORT_GRACE_S
+            if abort_at is not None and time.monotonic() >= abort_at:
                 self._abandoned.append(worker)
                 return "aborted", None
             if time.monotonic() >= deadline:
@@ -354,9 +364,10 @@ class RewardSuite:
     ) -> RewardScores:
         """Score a batch; raises :class:`RewardFailureError` when the guard trips. With
         ``count=False`` the batch is not counted toward the guard (the caller reports the
-        totals through :meth:`record`, e.g. once per gathered multi-process batch)."""
+        totals through :meth:`record`, e.g. once per gathered multi-process batch). Row-id
+        columns (``ROW_ID_COLUMNS``) are not passed to the functions."""
         n = len(completions)
-        columns = dict(columns or {})
+        columns = {k: v for k, v in (columns or {}).items() if k not in ROW_ID_COLUMNS}
         for key, values in columns.items():
             if len(values) != n:
                 raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")

@@ -26,7 +26,7 @@ class SamplingParams:
     top_p: float = 1.0           # nucleus threshold (1.0 = off)
     max_new_tokens: int = 256    # longest completion, in tokens
     batch_size: int | None = None  # completions per generate call (rounded down to whole prompts); None = all at once
-    seed: int | None = None      # seeds torch's generator before sampling, for reproducible rollouts
+    seed: int | None = None      # seeds the draws (in a forked RNG: the caller's random stream is left as it was)
 
 
 @dataclass
@@ -58,6 +58,18 @@ class Rollouts:
 
     def row_prompt_ids(self) -> list[Any]:
         return [self.prompt_ids[i] for i in self.prompt_index]
+
+    def model_inputs(self, device=None) -> dict:
+        """Prompt + completion as one learner batch: `input_ids`, `attention_mask` (padding and tokens
+        after EOS off), `position_ids` numbered as generate numbers them (from the first real token), and
+        `prompt_len` P; the logits at positions P-1 ... P+T-2 predict the completion tokens."""
+        ids = torch.cat([self.prompt_ids_BP, self.completion_ids_BT], dim=1)
+        mask = torch.cat([self.prompt_mask_BP, self.completion_mask_BT], dim=1)
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        out = {"input_ids": ids, "attention_mask": mask, "position_ids": pos}
+        if device is not None:
+            out = {k: v.to(device) for k, v in out.items()}
+        return {**out, "prompt_len": self.prompt_ids_BP.size(1)}
 
 
 def render_prompt(tokenizer, prompt: Any) -> list[int]:
@@ -129,11 +141,23 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
            prompt_ids: Sequence[Any] | None = None) -> Rollouts:
     """n sampled completions per prompt from `model` as it is now (a PEFT model samples with its adapter).
 
-    The model is put in eval mode (no dropout) while sampling and returned to its previous mode.
+    The model is put in eval mode (no dropout) while sampling and returned to its previous mode. Pass the
+    unwrapped model (not a DDP wrapper). With `params.seed` the same prompts and settings draw the same tokens.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to sample from")
+    if params.seed is None:
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+        torch.manual_seed(params.seed)
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+
+
+def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, prompt_ids) -> Rollouts:
     ids = list(range(len(prompts))) if prompt_ids is None else list(prompt_ids)
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} prompt ids for {len(prompts)} prompts")
@@ -142,8 +166,6 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
     tokenized = [render_prompt(tokenizer, p) for p in prompts]
     per_call = max(1, (params.batch_size or len(prompts) * n) // n)  # whole prompts per generate call
     device = next(model.parameters()).device
-    if params.seed is not None:
-        torch.manual_seed(params.seed)
     was_training = model.training
     model.eval()
     chunks = []

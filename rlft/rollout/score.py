@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlft.data.messages import as_text
+from rlft.rewards.safe import ROW_ID_COLUMNS as ID_COLUMNS
 from rlft.rewards.safe import RewardSuite
 
-__all__ = ["Scores", "score", "score_texts"]
+__all__ = ["ID_COLUMNS", "Scores", "score", "score_texts"]
 
 
 @dataclass
@@ -48,10 +49,11 @@ class Scores:
 def score_texts(suite: RewardSuite, prompts: Sequence[Any], completions: Sequence[Any],
                 columns: Mapping[str, Sequence[Any]] | None = None, *, count: bool = True) -> Scores:
     """Score B (prompt, completion) pairs; `columns` holds B values per extra dataset column (passed to
-    the reward functions as keyword arguments). With `count=False` the suite's failure guard is left to
-    the caller (a multi-process trainer counts gathered totals once, so every rank stops together)."""
-    out = suite.score([as_text(p) for p in prompts], [as_text(c) for c in completions],
-                      {k: list(v) for k, v in (columns or {}).items()}, count=count)
+    the reward functions as keyword arguments; `ID_COLUMNS` are left out). With `count=False` the
+    suite's failure guard is left to the caller (a multi-process trainer counts gathered totals once,
+    so every rank stops together)."""
+    columns = {k: list(v) for k, v in (columns or {}).items()}  # the suite leaves out ID_COLUMNS
+    out = suite.score([as_text(p) for p in prompts], [as_text(c) for c in completions], columns, count=count)
     return Scores(names=suite.names, per_reward=out.per_fn, total=out.total)
 
 

@@ -6,6 +6,8 @@ Lifecycle, top to bottom: run folder -> model + tokenizer -> data -> rewards -> 
 
 from __future__ import annotations
 
+import sys
+
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
@@ -87,7 +89,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     quiet_libraries(opts.verbose)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
-    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.rewards import RewardResolveError, build_reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
@@ -96,13 +98,12 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                    max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
-    model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path, cfg)
+    tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
-        model = load_causal_lm(model_path, cfg)
+        model = load_policy(cfg)
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         g = cfg.grpo
         hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
@@ -126,4 +127,29 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        return ctx.train(trainer, tokenizer)
+        evaluation = grpo_evaluation(cfg, dataset, tokenizer, suite)
+        if evaluation is not None:
+            # on --resume the start was measured before the first checkpoint and travels in it
+            start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
+            trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model)
+        code = ctx.train(trainer, tokenizer)
+        if evaluation is not None and code == 0:
+            ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model))
+            print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
+                  f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh samples)", file=sys.stderr)
+        return code
+
+
+def grpo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
+    """`model -> {"reward_mean", ...}` on the evaluation prompts (group_size samples each, GRPO's sampling
+    settings, a fixed seed), or None when data.eval_prompts is 0."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, eval_prompt_set, evaluate
+
+    eval_set = eval_prompt_set(cfg, dataset)
+    if eval_set is None:
+        return None
+    g = cfg.grpo
+    params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_tokens,
+                            batch_size=g.batch_size * g.group_size,  # what one generation step of training holds
+                            seed=cfg.train.seed + EVAL_SEED_OFFSET)
+    return lambda model: evaluate(model, tokenizer, suite, *eval_set, g.group_size, params)

@@ -7,27 +7,11 @@ trainer settings -> train -> final adapter + value_head.safetensors.
 
 from __future__ import annotations
 
-import math
-
 from rlft.config.compose import Composed
+from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-
-
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """An interval in episodes as whole PPO updates (batch_size episodes each), at least 1."""
-    return max(1, round(episodes / batch_size))
-
-
-def interval_note(cfg: RlftConfig) -> str:
-    """How the episode counts become updates, for `show-config --explain` and the run's first line."""
-    p = cfg.ppo
-    n = math.ceil(p.num_episodes / p.batch_size)
-    conv = [f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} update(s)"
-            for name in ("log_interval", "eval_interval", "save_interval")]
-    return (f"# ppo: {p.num_episodes} episodes / batch_size {p.batch_size} = {n} updates; " + "; ".join(conv)
-            + f"; each update = {p.ppo_epochs} epoch(s) x {p.batch_size // p.mini_batch_size} minibatch(es) of "
-            f"{p.mini_batch_size} episodes, an optimizer step every {cfg.train.gradient_accumulation_steps}")
+from rlft.stages.prompt_data import eval_rows  # noqa: F401  (shared with RS-SFT / AWR)
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -60,35 +44,13 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     return TrainingArguments(**args)
 
 
-def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
-    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
-    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
-    k = cfg.data.eval_prompts
-    if not k:
-        return []
-    ds = train_ds
-    if cfg.data.eval:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-        from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.eval")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-        check_reward_columns(ds, suite)
-        ds = fit_prompt_lengths(cfg, ds, tokenizer)
-    return ds.select(range(min(k, len(ds)))).to_list()
-
-
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import sys
 
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_causal_lm, load_reference, load_tokenizer, lora_config, resolve_model_path
+    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.stages.prompt_data import prepare_prompt_data
 
@@ -98,8 +60,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                                    max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
-    model_path = resolve_model_path(cfg)
-    tokenizer = load_tokenizer(model_path, cfg)
+    tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     evals = eval_rows(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
@@ -109,17 +70,18 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.ppo import RlftPPOTrainer
 
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        model = load_causal_lm(model_path, cfg)
+        model = load_policy(cfg)
         if cfg.train.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         peft_cfg = lora_config(cfg, model)
         policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
         wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
         ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
-        if ref is None and peft_cfg is None and cfg.ppo.init_kl_coef > 0:  # no adapter to disable: a frozen copy
-            ref = load_causal_lm(model_path, cfg).eval().requires_grad_(False)
+        if ref is None and not hasattr(policy, "disable_adapter") and cfg.ppo.init_kl_coef > 0:
+            # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
+            ref = load_policy(cfg).eval().requires_grad_(False)
         if ctx.rank == 0:
-            print(interval_note(cfg).lstrip("# "), file=sys.stderr)
+            print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
             model=wrapped,
             args=training_arguments(cfg, str(ctx.run.checkpoints)),

@@ -28,15 +28,17 @@ def prompt_budget(cfg: RlftConfig) -> int:
     return cfg.train.max_seq_length - completion_budget(cfg)
 
 
-def load_prompt_dataset(cfg: RlftConfig):
-    """The prompt table (`prompt` column plus the data's other columns), every prompt checked."""
+def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
+    """The prompt table of data.<key> (`prompt` column plus the data's other columns), every prompt checked;
+    data.max_samples caps the training rows."""
     from datasets import Dataset
 
     from rlft.data import DataError
     from rlft.data.checks import check_prompt_values
     from rlft.data.columns import column_values
 
-    if cfg.data.train == "demo":
+    path = getattr(cfg.data, key)
+    if path == "demo":
         from rlft.demo import demo_prompts
 
         ds = Dataset.from_list(demo_prompts())
@@ -44,23 +46,21 @@ def load_prompt_dataset(cfg: RlftConfig):
         from rlft.data.load import load_table, prepare_prompt_dataset
 
         try:
-            table = load_table(cfg.data.train)
+            table = load_table(path)
             col = cfg.data.prompt_column
             if col in table.column_names:  # every bad row at once, not only the first
-                problems = check_prompt_values(column_values(table, col), col, f"data.train ({cfg.data.train})")
+                problems = check_prompt_values(column_values(table, col), col, f"data.{key} ({path})")
                 if problems:
                     raise DataError("; ".join(problems))
-            ds = prepare_prompt_dataset(table, col, system_prompt=cfg.data.system_prompt, source="data.train")
+            ds = prepare_prompt_dataset(table, col, system_prompt=cfg.data.system_prompt, source=f"data.{key}")
         except DataError as exc:
             raise RunError(str(exc)) from None
-    if cfg.data.max_samples:
+    if key == "train" and cfg.data.max_samples:
         ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
-    if "prompt_id" not in ds.column_names:  # the row's id in completions.jsonl (a data column of that name wins)
-        ds = ds.add_column("prompt_id", list(range(len(ds))))
     return ds
 
 
-def check_reward_columns(ds, suite) -> None:
+def check_reward_columns(ds, suite, source: str = "data.train") -> None:
     """Every column a reward declares it reads (less its configured kwargs) must be in the data."""
     from rlft.data.checks import missing_reward_columns
     from rlft.rewards import required_columns
@@ -72,7 +72,7 @@ def check_reward_columns(ds, suite) -> None:
         except Exception as exc:  # noqa: BLE001 - a broken declaration is reported like a missing column
             raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: {exc}") from None
         needs[r.name] = [c for c in wanted if c not in r.kwargs]
-    problems = missing_reward_columns([c for c in ds.column_names if c != "prompt"], needs, "data.train")
+    problems = missing_reward_columns([c for c in ds.column_names if c != "prompt"], needs, source)
     if problems:
         raise RunError("; ".join(problems))
 
@@ -116,7 +116,7 @@ def _cutter(tokenizer):
     return cut
 
 
-def fit_prompt_lengths(cfg: RlftConfig, ds, tokenizer):
+def fit_prompt_lengths(cfg: RlftConfig, ds, tokenizer, source: str = "data.train"):
     """Apply `data.too_long` to prompts longer than train.max_seq_length minus the completion budget."""
     from rlft.data import DataError
     from rlft.data.checks import fit_prompts
@@ -127,10 +127,10 @@ def fit_prompt_lengths(cfg: RlftConfig, ds, tokenizer):
            f"{completion_budget(cfg)} for the completion)")
     try:
         report = fit_prompts(column_values(ds, "prompt"), _token_counter(tokenizer), _cutter(tokenizer), budget,
-                             cfg.data.too_long, "data.train", why)
+                             cfg.data.too_long, source, why)
     except DataError as exc:
         raise RunError(str(exc)) from None
-    message = report.message("data.train")
+    message = report.message(source)
     if message is None:
         return ds
     print(f"rlft: warning: {message}", file=sys.stderr, flush=True)
@@ -143,8 +143,18 @@ def fit_prompt_lengths(cfg: RlftConfig, ds, tokenizer):
     return ds
 
 
-def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite):
-    """Load and check the prompt data; raises RunError (exit 2) before any run folder exists."""
-    ds = load_prompt_dataset(cfg)
-    check_reward_columns(ds, suite)
-    return fit_prompt_lengths(cfg, ds, tokenizer)
+def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
+    """Load and check the prompts of data.<key>; raises RunError (exit 2) before any run folder exists."""
+    ds = load_prompt_dataset(cfg, key)
+    check_reward_columns(ds, suite, f"data.{key}")
+    return fit_prompt_lengths(cfg, ds, tokenizer, f"data.{key}")
+
+
+def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
+    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
+    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+    k = cfg.data.eval_prompts
+    if not k:
+        return []
+    ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
+    return ds.select(range(min(k, len(ds)))).to_list()

@@ -39,7 +39,6 @@ from rlft.stages.samples_log import SamplesLog
 # Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
 FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
-EVAL_SEED_OFFSET = 7919  # eval draws from its own seed, the same for the start and the end
 
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
@@ -124,9 +123,9 @@ class SampledSFT:
 
     def _prepare_inputs(self) -> None:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
-        from rlft.models.loading import load_tokenizer, resolve_model_path
+        from rlft.models.loading import load_policy_tokenizer
         from rlft.rewards import RewardResolveError, build_reward_suite
-        from rlft.stages.prompt_data import prepare_prompt_data
+        from rlft.stages.prompt_data import eval_rows, prepare_prompt_data
 
         cfg = self.cfg
         try:
@@ -134,20 +133,22 @@ class SampledSFT:
                                             max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
-        self.model_path = resolve_model_path(cfg)
-        self.tokenizer = load_tokenizer(self.model_path, cfg)
+        self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+        rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
+        self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
+            if rows else None
 
     def _run(self) -> int:
-        from rlft.models.loading import load_causal_lm
+        from rlft.models.loading import load_policy
 
         cfg, ctx = self.cfg, self.ctx
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, dataset = load_causal_lm(self.model_path, cfg), self.dataset
+        model, dataset = load_policy(cfg), self.dataset
         self.log = SamplesLog(ctx.run.samples, self.n)
         state = self._state()
-        eval_set = self._eval_set(dataset)
+        eval_set = self.eval_set
 
         first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
         if first > 1:
@@ -159,7 +160,8 @@ class SampledSFT:
             ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set)
             self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} samples")
             self._save_state(state)
-        steps = state.get("steps", 0)
+        round_steps_done = state.setdefault("round_steps", {})  # optimizer steps of each trained round
+        steps = sum(v for k, v in round_steps_done.items() if int(k) < first)
         ctx.steps = steps
 
         prompts = list(dataset["prompt"])
@@ -183,7 +185,7 @@ class SampledSFT:
             ctx.steps = steps
             if code:
                 return code
-            state["steps"] = steps
+            round_steps_done[str(r)] = round_steps
             self._save_state(state)
         if eval_set is not None:
             ctx.eval["end"] = self._evaluate(model, *eval_set)
@@ -254,39 +256,28 @@ class SampledSFT:
             advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
             weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
 
-    def _eval_set(self, train_ds):
-        """(prompts, columns) of the evaluation prompts, or None when data.eval_prompts is 0."""
-        k = self.cfg.data.eval_prompts
-        if not k:
-            return None
-        ds = train_ds
-        if self.cfg.data.eval:
-            from rlft.data import DataError
-            from rlft.data.load import load_table, prepare_prompt_dataset
-
-            try:
-                ds = prepare_prompt_dataset(load_table(self.cfg.data.eval), self.cfg.data.prompt_column,
-                                            system_prompt=self.cfg.data.system_prompt, source="data.eval")
-            except DataError as exc:
-                raise RunError(str(exc)) from None
-        ds = ds.select(range(min(k, len(ds))))
-        return list(ds["prompt"]), {c: list(ds[c]) for c in ds.column_names if c != "prompt"}
-
     def _evaluate(self, model, prompts: list, columns: dict) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard)."""
-        import statistics
+        from rlft.rollout import EVAL_SEED_OFFSET, evaluate
 
-        from rlft.rollout import sample, score
-
-        rollouts = sample(model, self.tokenizer, prompts, self.n, self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
-        totals = [t for t in score(rollouts, self.suite, columns, count=False).total if t is not None]
-        return {"reward_mean": round(statistics.fmean(totals), 6) if totals else None, "n": len(totals),
-                "prompts": len(prompts)}
+        return evaluate(model, self.tokenizer, self.suite, prompts, columns, self.n,
+                        self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):
+        """The policy as a finished round left it: its adapter on the start model (or, without LoRA, its weights)."""
         from peft import PeftModel
 
+        if not (folder / "adapter_config.json").is_file():  # full fine-tuning saved the whole model
+            from rlft.models.loading import load_causal_lm
+
+            return load_causal_lm(str(folder), self.cfg)
+        if isinstance(model, PeftModel):  # init_from continued an earlier adapter: same adapter, newer weights
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors")))
+            return model
         return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
 
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
@@ -310,7 +301,16 @@ class SampledSFT:
         ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
         if ctx.resume_from is not None:
             self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
+        if self.opts.resume and ctx.rank == 0:  # steps after the resume point run again and log anew
+            from rlft.run import checkpoint_step
+            from rlft.runtime import drop_rows_after
+
+            done = step_offset + (checkpoint_step(ctx.resume_from) if ctx.resume_from is not None else 0)
+            for path in (ctx.run.metrics, ctx.run.health):
+                drop_rows_after(path, done)
         code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
+        # the total is known only in the last round (each round's size follows from its samples)
+        ctx.max_steps = step_offset + trainer.state.max_steps if r == self.rounds and trainer.state.max_steps else None
         model = trainer.accelerator.unwrap_model(trainer.model)
         if code == 0 and r < self.rounds and trainer.args.should_save:
             folder = self.adapter_dir(r)

@@ -27,9 +27,10 @@ from rlft.algos import (
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, RewardLog, score_texts
+from rlft.rollout.score import ID_COLUMNS
 
 # dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
-NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", "prompt_id")
+NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class RlftGRPOTrainer(GRPOTrainer):
 
             self.reloader = RewardReloader(self.reward_suite, hooks.overrides_path)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
+        self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
@@ -102,6 +104,12 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._last_kl = state.get("last_kl", self._last_kl)
         if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
             self.beta = self.kl_ctl.value
+
+    def rlft_extra_state(self) -> dict:
+        return {"eval_start": self.eval_start}
+
+    def load_rlft_extra_state(self, state: dict) -> None:
+        self.eval_start = state.get("eval_start", self.eval_start)
 
     # --- rewards ---------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

@@ -90,9 +90,13 @@ class RlftPPOTrainer(Trainer):
         self.eval_start: dict | None = None
         self.current_flos = 0
         world = self.accelerator.num_processes
-        if s.batch_size % world:
-            raise ValueError(f"ppo.batch_size ({s.batch_size}) must be divisible by the {world} processes")
-        self.local_batch = s.batch_size // world
+        if s.batch_size % world or s.mini_batch_size % world:
+            from rlft.run import RunError
+
+            raise RunError(f"ppo.batch_size ({s.batch_size}) and ppo.mini_batch_size ({s.mini_batch_size}) must be "
+                           f"divisible by the {world} processes: each process takes an equal share of both")
+        self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
+        self.local_mini = s.mini_batch_size // world
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
@@ -120,6 +124,17 @@ class RlftPPOTrainer(Trainer):
         unwrapped.save_value_head(output_dir)
 
     def _load_checkpoint(self, ckpt: str) -> None:
+        self.load_weights_from(ckpt)
+        self._load_optimizer_and_scheduler(ckpt)
+        self._load_rng_state(ckpt)
+        self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None) -> None:
+        """transformers' weight-loading entry (used to redo an interrupted final save): adapter + value head."""
+        self.load_weights_from(resume_from_checkpoint)
+
+    def load_weights_from(self, ckpt) -> None:
+        """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
         from safetensors.torch import load_file
 
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -131,9 +146,6 @@ class RlftPPOTrainer(Trainer):
         else:
             unwrapped.policy.load_state_dict(load_file(str(Path(ckpt) / "model.safetensors")), strict=False)
         unwrapped.load_value_head(ckpt)
-        self._load_optimizer_and_scheduler(ckpt)
-        self._load_rng_state(ckpt)
-        self.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
 
     # --- sampling ----------------------------------------------------------------------------
     def _rows_for_update(self, update: int) -> list[dict]:
@@ -240,7 +252,7 @@ class RlftPPOTrainer(Trainer):
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
         s, model, acc = self.settings, self.model, self.accelerator
         n = self.local_batch
-        mb = min(s.mini_batch_size, n)
+        mb = min(self.local_mini, n)
         accum = s.minibatches_per_step
         sums: dict[str, float] = {}
         count = 0
