@@ -96,7 +96,9 @@ def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
     comps = read_jsonl(out / "completions.jsonl")
     assert [c["step"] for c in comps] == [1, 1, 1, 2, 2, 2]
     for c in comps:
-        assert {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage"} <= set(c)
+        assert {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage", "completion_tokens",
+                "reward_version"} <= set(c)
+        assert 1 <= c["completion_tokens"] <= 16 and c["reward_version"] == 1  # grpo.max_tokens 16 in the demo
         assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
     assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt
 
