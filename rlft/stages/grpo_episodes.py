@@ -80,8 +80,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                   file=sys.stderr)
         trainer = RlftEpisodeGRPOTrainer(
             model=wrapped, args=TrainingArguments(**args), processing_class=tokenizer, settings=s,
-            train_rows=train_rows, eval_rows=evals, reward_suite=None, callbacks=ctx.callbacks(),
+            train_rows=train_rows, reward_suite=None, callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions), log_completions=cfg.monitor.log_completions,
             eval_out=ctx.eval, ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
-            env_factory=env_factory, env_guard=guard)
+            env_factory=env_factory, env_guard=guard, episode_eval_rows=evals)
         return ctx.train(trainer, tokenizer)

@@ -11,7 +11,6 @@ from rlft.config.compose import Composed
 from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-from rlft.stages.prompt_data import eval_rows  # noqa: F401  (shared with RS-SFT / AWR)
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -87,6 +86,23 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     return factory, train, evals
 
 
+def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
+    """`policy -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling settings
+    and a fixed seed, or None when data.eval_prompts is 0."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+    from rlft.stages.prompt_data import eval_rows
+
+    rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
+    if not rows:
+        return None
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+    p = cfg.ppo
+    params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
+                            batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
+    return lambda policy: evaluate(policy, tokenizer, suite, prompts, columns, 1, params)
+
+
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import sys
 
@@ -106,7 +122,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
     tokenizer = load_policy_tokenizer(cfg)
-    env_factory = env_guard = None
+    env_factory = env_guard = evaluation = None
+    train_rows = evals = []
     if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
         from rlft.envs.safe import EnvGuard
 
@@ -114,7 +131,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         env_guard = EnvGuard(cfg.env.name, cfg.monitor.max_reward_failure_fraction)
     else:
         dataset = prepare_prompt_data(cfg, tokenizer, suite)
-        train_rows, evals = dataset.to_list(), eval_rows(cfg, dataset, tokenizer, suite)
+        train_rows, evaluation = dataset.to_list(), ppo_evaluation(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from peft import get_peft_model
 
@@ -143,7 +160,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             processing_class=tokenizer,
             settings=ppo_settings(cfg),
             train_rows=train_rows,
-            eval_rows=evals,
+            evaluation=evaluation,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions),
@@ -152,5 +169,6 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
             env_factory=env_factory,
             env_guard=env_guard,
+            episode_eval_rows=evals,
         )
         return ctx.train(trainer, tokenizer)

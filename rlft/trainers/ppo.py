@@ -82,12 +82,13 @@ class PPOSettings:
 
 class RlftPPOTrainer(Trainer):
     def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
-                 train_rows: list[dict], eval_rows: list[dict], reward_suite, callbacks=None,
+                 train_rows: list[dict], reward_suite, evaluation=None, callbacks=None,
                  completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
-                 ref_model=None, env_factory=None, env_guard=None):
+                 ref_model=None, env_factory=None, env_guard=None, episode_eval_rows: list[dict] | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
-        self.train_rows, self.eval_rows = train_rows, eval_rows
+        self.train_rows = train_rows
+        self.evaluation = evaluation  # policy -> {"reward_mean", "n", ...} on the evaluation prompts, or None
         self.reward_suite = reward_suite
         self.completion_log = CompletionLog(completions_path, log_completions)
         self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
@@ -98,6 +99,9 @@ class RlftPPOTrainer(Trainer):
         self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
         self.env_guard = env_guard
         self._envs: list = []
+        self.episode_eval_rows = episode_eval_rows or []
+        if env_factory is not None and self.episode_eval_rows:
+            self.evaluation = self._evaluate_episodes  # eval.start / eval.end as episode return and success rate
         self.current_flos = 0
         world = self.accelerator.num_processes
         if s.batch_size % world or s.mini_batch_size % world:
@@ -348,25 +352,22 @@ class RlftPPOTrainer(Trainer):
 
     # --- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate_reward(self) -> dict | None:
-        """Mean total reward of one fresh sample per evaluation prompt, with a fixed seed and the
-        training RNG left untouched (so evaluating never changes what training samples)."""
-        if not self.eval_rows:
-            return None
-        rows = self.eval_rows
+    def _evaluate_episodes(self, policy) -> dict:
+        """Mean episode return and success rate of one fresh episode per evaluation row, with a fixed seed
+        and the training RNG untouched; env faults here stay out of the failure guard."""
+        from rlft.rollout import EVAL_SEED_OFFSET
+
+        rows = self.episode_eval_rows
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.settings.seed + 7919)
-            batch = self._sample(rows)
-        if self.env_factory is not None:
-            eps = batch["episodes"]
-            m = episode_metrics(eps)
-            return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
-                    "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
-        _, totals = self._score(rows, batch["rollouts"], count=False)
-        self.reward_suite.metrics()  # evaluation scores stay out of the training window
-        valid = totals[~torch.isnan(totals)]
-        return {"reward_mean": round(float(valid.mean()), 6) if valid.numel() else None, "n": int(valid.numel()),
-                "prompts": len(rows)}
+            torch.manual_seed(self.settings.seed + EVAL_SEED_OFFSET)
+            eps = self._sample_episodes(rows)["episodes"]
+        m = episode_metrics(eps)
+        return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
+                "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
+
+    def evaluate_reward(self) -> dict | None:
+        """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched)."""
+        return None if self.evaluation is None else self.evaluation(self.policy)
 
     def _write_completions(self, batch: dict) -> None:
         if not self.accelerator.is_main_process:
@@ -422,7 +423,7 @@ class RlftPPOTrainer(Trainer):
             last = self.state.global_step == s.num_updates
             if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
                 self.log(metrics)
-            if self.state.global_step % s.eval_every == 0 and not last and self.eval_rows:
+            if self.state.global_step % s.eval_every == 0 and not last and self.evaluation is not None:
                 self.log({"eval_reward": self.evaluate_reward()["reward_mean"]})
             if self.state.global_step % s.save_every == 0 or self.control.should_save:
                 self._save_checkpoint(self.model, trial=None)
@@ -430,7 +431,7 @@ class RlftPPOTrainer(Trainer):
                 self.control.should_save = False
             if self.control.should_training_stop:
                 break
-        if self.state.global_step >= s.num_updates and self.eval_rows:
+        if self.state.global_step >= s.num_updates and self.evaluation is not None:
             self.eval_out["end"] = self.evaluate_reward()
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.state
