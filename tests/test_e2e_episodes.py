@@ -135,3 +135,12 @@ def test_tool_use_grpo_learns(tmp_path):
     assert summary["eval"]["end"]["success_rate"] > summary["eval"]["start"]["success_rate"] + 0.5, summary["eval"]
     eps = read_jsonl(out / "completions.jsonl")
     assert len(eps) == 40 * 4 and all("advantage" in e and e["turns"] for e in eps)
+
+
+def test_bad_env_kwargs_exit_2_before_the_run_folder(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", PPO, f"train.output_dir={out}",
+                  "env.kwargs.variant=huge")
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "env.kwargs" in res.stderr and "'tiny' or 'chat'" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()

@@ -46,13 +46,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.envs.safe import EnvGuard
     from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
     from rlft.stages.ppo import env_setup
 
     tokenizer = load_policy_tokenizer(cfg)
-    env_factory, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
-    guard = EnvGuard(cfg.env.name, cfg.monitor.max_reward_failure_fraction)
+    env_factory, guard, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
     s = settings(cfg, len(train_rows))
     with RunContext(cfg, composed, opts) as ctx:
         from peft import get_peft_model

@@ -45,10 +45,10 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
 
 
 def env_setup(cfg: RlftConfig, composed: Composed):
-    """(env factory, train rows, eval rows) for multi-turn episodes; every problem is a RunError (exit 2)
-    raised before the run folder exists. The factory builds one SafeEnv per call."""
+    """(env factory, failure guard, train rows, eval rows) for multi-turn episodes; every problem is a
+    RunError (exit 2) raised before the run folder exists. The factory builds one SafeEnv per call."""
     from rlft.envs import EnvResolveError, resolve_env_class
-    from rlft.envs.safe import SafeEnv
+    from rlft.envs.safe import EnvGuard, SafeEnv
     from rlft.rewards.registry import module_search_dir
 
     e = cfg.env
@@ -80,10 +80,13 @@ def env_setup(cfg: RlftConfig, composed: Composed):
         train = train[:cfg.data.max_samples]
     evals = (rows_of(cfg.data.eval, "data.eval") if cfg.data.eval else train)[:cfg.data.eval_prompts]
 
-    def factory() -> SafeEnv:
-        return SafeEnv(cls(**e.kwargs), e.name, timeout_s=e.step_timeout_s, failure_reward=e.failure_reward)
+    guard = EnvGuard(e.name, cfg.monitor.max_reward_failure_fraction)
 
-    return factory, train, evals
+    def factory() -> SafeEnv:  # Ctrl-C never waits on a hung step: the guard's abort check is set by the run
+        return SafeEnv(cls(**e.kwargs), e.name, timeout_s=e.step_timeout_s, failure_reward=e.failure_reward,
+                       should_abort=lambda: guard.should_abort())
+
+    return factory, guard, train, evals
 
 
 def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
@@ -125,10 +128,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     env_factory = env_guard = evaluation = None
     train_rows = evals = []
     if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
-        from rlft.envs.safe import EnvGuard
-
-        env_factory, train_rows, evals = env_setup(cfg, composed)
-        env_guard = EnvGuard(cfg.env.name, cfg.monitor.max_reward_failure_fraction)
+        env_factory, env_guard, train_rows, evals = env_setup(cfg, composed)
     else:
         dataset = prepare_prompt_data(cfg, tokenizer, suite)
         train_rows, evaluation = dataset.to_list(), ppo_evaluation(cfg, dataset, tokenizer, suite)
