@@ -59,7 +59,8 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     try:
         cls(**e.kwargs)  # bad kwargs fail here, with the env's own message
     except Exception as exc:  # noqa: BLE001 - user code: any error is a config problem
-        raise RunError(f"env.kwargs: {e.name} could not be built with {e.kwargs}: {type(exc).__name__}: {exc}") from None
+        raise RunError(f"env.kwargs: {e.name} could not be built with {e.kwargs}: "
+                       f"{type(exc).__name__}: {exc}") from None
 
     def rows_of(path: str | None, source: str) -> list[dict]:
         if not path:
