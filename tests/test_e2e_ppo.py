@@ -37,10 +37,15 @@ def test_demo_learns(tmp_path):
     assert end > start + 0.5, (start, end)
     final = out / "final"
     assert (final / "adapter_config.json").is_file() and (final / "value_head.safetensors").is_file()
-    # the adapter loads with PEFT alone
-    from peft import AutoPeftModelForCausalLM
+    # the adapter loads with PEFT alone onto the base model (recorded by the name the run gave it)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
 
-    AutoPeftModelForCausalLM.from_pretrained(str(final))
+    from rlft.tiny import ensure_tiny_model
+
+    assert json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
+    base = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model()))
+    PeftModel.from_pretrained(base, str(final))
 
 
 def test_kl_estimators_and_adaptive_controller(tmp_path):
