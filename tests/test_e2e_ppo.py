@@ -78,7 +78,7 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert proc.returncode == 130, err[-2000:]  # interrupted, checkpoint written
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r)
     assert stopped_at < 8
     state = json.loads((out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_state.json").read_text())
