@@ -29,8 +29,8 @@ def prompt_budget(cfg: RlftConfig) -> int:
 
 
 def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
-    """The prompt table of data.<key> (`prompt` column plus the data's other columns), every prompt checked;
-    data.max_samples caps the training rows."""
+    """The prompt table of data.<key> (`prompt` column plus the data's other columns, and `prompt_id`: the row
+    number unless the data has its own), every prompt checked; data.max_samples caps the training rows."""
     from datasets import Dataset
 
     from rlft.data import DataError
@@ -57,6 +57,8 @@ def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
             raise RunError(str(exc)) from None
     if key == "train" and cfg.data.max_samples:
         ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
+    if "prompt_id" not in ds.column_names:  # the row's id in completions.jsonl (a data column of that name wins)
+        ds = ds.add_column("prompt_id", list(range(len(ds))))
     return ds
 
 
