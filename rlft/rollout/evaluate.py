@@ -21,6 +21,7 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     rollouts = sample(model, tokenizer, prompts, n, params)
     totals = score(rollouts, suite, columns, count=False).total
     suite.metrics()  # drain: these scores are not a training step's
+    suite.pop_logs()  # nor is what the rewards printed while scoring them (reward_logs.jsonl is per step)
     scored = [t for t in totals if t is not None]
     return {"reward_mean": round(statistics.fmean(scored), 6) if scored else None, "n": len(scored),
             "prompts": len(prompts), "unscored": len(totals) - len(scored)}
