@@ -175,7 +175,11 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
         raise RunError(str(exc)) from None
     if not suite.rewards:
         raise RunError("the config has no rewards to score with (rewards: [...])")
+    from rlft.stages.prompt_data import check_reward_columns, fit_prompt_lengths
+
+    check_reward_columns(ds, suite, f"--data {data}")
     model, tokenizer = load_policy(target)
+    ds = fit_prompt_lengths(cfg, ds, tokenizer, f"--data {data}")  # a huge prompt never reaches the model
     s = sampling_section(cfg)
     params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
                             batch_size=64, seed=cfg.train.seed if seed is None else seed)
