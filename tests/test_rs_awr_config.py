@@ -65,3 +65,18 @@ def test_show_config_explains_rounds(stage, words):
     line = next(x for x in result.stdout.splitlines() if x.startswith(f"# {stage} rounds"))
     for w in words:
         assert w in line, (w, line)
+
+
+def test_sft_config_for_sampled_stages(tmp_path):
+    pytest.importorskip("trl")
+    from rlft.config import load_config
+    from rlft.run import RunError
+    from rlft.stages.sampled_sft import sft_trl_config
+
+    cfg, composed, _ = load_config("awr", "cpu", [], ["train.max_seq_length=300", "trl.neftune_noise_alpha=5"])
+    args = sft_trl_config(cfg, str(tmp_path), composed)
+    assert args.max_length == 300 and args.neftune_noise_alpha == 5 and not args.packing
+    assert args.completion_only_loss is None  # TRL's rule: prompt/completion data -> loss on completions only
+    cfg, composed, _ = load_config("rs_sft", "cpu", [], ["trl.packing=true"])
+    with pytest.raises(RunError, match="trl.packing"):
+        sft_trl_config(cfg, str(tmp_path), composed)

@@ -41,6 +41,10 @@ def configs_dir() -> Path:
     folder named by RLFT_CONFIG_DIR (a folder with the same layout: base.yaml, stages/, hw/, examples/)."""
     env = os.environ.get("RLFT_CONFIG_DIR")
     if env:
+        if not (Path(env) / "base.yaml").is_file():
+            raise ConfigError([Problem("RLFT_CONFIG_DIR", "environment",
+                                       f"{env} is not a profiles folder (it needs base.yaml, stages/, hw/); "
+                                       f"unset RLFT_CONFIG_DIR to use the profiles shipped with rlft")])
         return Path(env)
     from importlib.resources import files
 
