@@ -185,3 +185,18 @@ def test_chat_prompts_train_as_conversations(tmp_path):
     assert (out / "final" / "adapter_config.json").is_file()
     s = _summary(out)
     assert s["status"] == "finished" and s["max_steps"] == s["steps"]
+
+
+def test_two_processes_on_cpu_decide_and_train_alike(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "awr", "--hw", "ddp", "-c", AWR_DEMO, "hw.device=cpu", "hw.num_processes=2",
+                  "train.bf16=false", "train.tf32=null", "train.gradient_checkpointing=false", "data.max_samples=4",
+                  "data.eval_prompts=2", "awr.rounds=2", "train.per_device_train_batch_size=8",
+                  "train.gradient_accumulation_steps=1", f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    dist = json.loads((out / "distributed.json").read_text())
+    assert dist["num_processes"] == 2 and dist["in_sync"], dist
+    samples = read_jsonl(out / "samples.jsonl")  # written by rank 0 only
+    assert Counter((r["round"], r["prompt_id"], r["sample"]) for r in samples) == \
+        {(r, p, g): 1 for r in (1, 2) for p in range(4) for g in range(8)}
+    assert _summary(out)["status"] == "finished"
