@@ -14,16 +14,42 @@ import typer
 from rlft.config import ConfigError, Problem, compose, configs_dir, validate
 from rlft.config.schema import HARDWARE, STAGES
 
+# one place for the exit codes: `rlft --help` prints them and the README lists the same
+EXIT_CODES = (
+    (0, "done"),
+    (1, "internal error (a bug: please report it with `rlft env`)"),
+    (2, "bad config or input (the message names the key, file and allowed values)"),
+    (3, "hardware preflight failed (the profile does not fit this machine)"),
+    (4, "stopped by a health rule or by reward failures (a checkpoint was written)"),
+    (130, "interrupted by Ctrl-C or SIGTERM (a checkpoint was written; resume with --resume)"),
+)
+EPILOG = "Exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES) + "."
+
 app = typer.Typer(
     name="rlft",
     help="RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR.",
+    epilog=EPILOG,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from rlft import __version__
+
+        typer.echo(f"rlft {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print rlft's version and exit.")) -> None:
+    """RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR."""
+
 STAGE_OPT = typer.Option("grpo", "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
-HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (train only).")
+HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
 
@@ -61,10 +87,22 @@ def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[
     return cfg, composed
 
 
+def _auto_hw(hw: str) -> str:
+    """`--hw auto` for the config commands: the profile training would pick, found without torch."""
+    if hw != "auto":
+        return hw
+    from rlft.launch import guess_hw
+
+    hw, why = guess_hw()
+    _err(f"rlft: --hw auto would pick `{hw}`: {why} (found without importing torch; `rlft train --hw auto` asks torch)")
+    return hw
+
+
 @app.command("validate-config")
 def validate_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
                     overrides: Optional[List[str]] = OVERRIDES_ARG) -> None:
     """Check a config without importing torch: every problem at once, exit 2 if any."""
+    hw = _auto_hw(hw)
     cfg, composed = _load(stage, hw, config, overrides)
     rewards = ", ".join(r.name or r.fn for r in cfg.rewards) or "none"
     adapter = f"LoRA r={cfg.lora.r} alpha={cfg.lora.lora_alpha}" if cfg.lora.enabled else "full fine-tuning"
@@ -80,16 +118,16 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import ppo_schedule, render_yaml, sampled_sft_schedule, schedule_summary
+    from rlft.config.render import explain_notes, render_yaml
 
+    hw = _auto_hw(hw)
     cfg, composed = _load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
         from rlft.config.init_from import describe_reference
 
-        typer.echo(ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg))
-        if cfg.stage in ("rs_sft", "awr"):
-            typer.echo(sampled_sft_schedule(cfg))
+        for note in explain_notes(cfg):
+            typer.echo(note)
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "
                    f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
 
@@ -101,7 +139,11 @@ def list_profiles() -> None:
     from rlft.config.render import first_comment_line
     from rlft.stages import EXPERIMENTAL, RUNNERS
 
-    root = configs_dir()
+    try:
+        root = configs_dir()
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        raise typer.Exit(2)
     typer.echo("Stages (--stage):")
     for s in STAGES:
         tags = [t for t, on in (("experimental", s in EXPERIMENTAL), ("not built yet", s not in RUNNERS)) if on]
@@ -168,7 +210,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     for p in problems:
         _err(f"error: {p}")
     if problems:
-        raise typer.Exit(2)
+        raise typer.Exit(3)
+    from rlft.models.loading import ModelLoadError
     from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
@@ -197,14 +240,21 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        # a read-only folder (output, cache, data) is the user's to fix, not an rlft crash
-        _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
-             f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+    except ModelLoadError as exc:
+        _err(f"error: {exc}")
         raise typer.Exit(2)
+    except OSError as exc:
+        _read_only_exit(exc)
     raise typer.Exit(code or 0)
+
+
+def _read_only_exit(exc: OSError) -> None:
+    """A read-only folder (output, cache, data) is the user's to fix, not an rlft crash: one line, exit 2."""
+    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        raise exc
+    _err(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}; make it writable or point rlft "
+         f"elsewhere (train.output_dir, RLFT_CACHE, HF_HOME)")
+    raise typer.Exit(2)
 
 
 @app.command("report")
@@ -417,6 +467,9 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
     """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
+    from rlft.monitor.streams import protect_std_streams
+
+    protect_std_streams()  # `rlft pipeline run ... | head`: a closed pipe must not stop training
     pipe, checked = _load_pipeline(path, overrides, hw)
     for entry, cfg, _, _ in checked:
         if cfg.hw.num_processes > 1:
@@ -424,9 +477,10 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
             raise typer.Exit(2)
     from rlft.pipeline.runner import run_pipeline
-    from rlft.run import RunError
+    from rlft.run import RunError, check_writable
 
     try:
+        check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after
         code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
     except ConfigError as exc:
         _print_problems(exc.problems)
@@ -434,6 +488,8 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
     except RunError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(exc.exit_code)
+    except OSError as exc:
+        _read_only_exit(exc)
     raise typer.Exit(code)
 
 

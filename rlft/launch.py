@@ -29,6 +29,38 @@ def detect_hw() -> tuple[str, str]:
     return "cpu", "no CUDA or MPS device visible"
 
 
+def guess_hw() -> tuple[str, str]:
+    """(profile, reason) for `--hw auto` in validate-config / show-config, without importing torch: NVIDIA GPUs
+    from /proc/driver/nvidia (and CUDA_VISIBLE_DEVICES), Apple MPS from the platform. `train` asks torch."""
+    import platform
+    from pathlib import Path
+
+    gpus_dir = Path("/proc/driver/nvidia/gpus")
+    found = sorted(gpus_dir.iterdir()) if gpus_dir.is_dir() else []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        found = found[:len(wanted)]
+    if found:
+        name = "an NVIDIA GPU"
+        try:
+            for line in (found[0] / "information").read_text().splitlines():
+                if line.startswith("Model:"):
+                    name = line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        if len(found) > 1:
+            return "ddp", f"{len(found)} NVIDIA GPUs listed in {gpus_dir} ({name})"
+        if any(k in name for k in ("A100", "H100", "H200", "A800", "H800", "L40")):
+            return "a100", f"one {name} listed in {gpus_dir}"
+        return "rtx4090", f"one {name} listed in {gpus_dir}"
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        return "mps", "Apple silicon (MPS)"
+    why = "no NVIDIA GPU listed in /proc/driver/nvidia" + (" (CUDA_VISIBLE_DEVICES hides them)" if visible is not None
+                                                           and gpus_dir.is_dir() and any(gpus_dir.iterdir()) else "")
+    return "cpu", why + " and not Apple silicon"
+
+
 def preflight(cfg: RlftConfig, hw_name: str) -> list[str]:
     """Problems that would make training fail on this machine, each with its fix."""
     import torch

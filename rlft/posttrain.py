@@ -163,12 +163,8 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
     completion to `out` (completions.jsonl's format) and return per-reward and total means."""
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.rollout import CompletionLog, SamplingParams, sample, score
-    from rlft.stages.prompt_data import load_prompt_dataset
+    from rlft.stages.prompt_data import prepare_prompt_data
 
-    cfg.data.train, cfg.data.max_samples = data, max_prompts  # the loader reads data.train
-    ds = load_prompt_dataset(cfg)
-    if len(ds) == 0:
-        raise RunError(f"{data}: no prompts to evaluate")
     try:
         suite = build_reward_suite([vars(r) for r in cfg.rewards], max_failure_fraction=1.0)
     except (RewardResolveError, ValueError) as exc:
@@ -176,11 +172,18 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
     if not suite.rewards:
         raise RunError("the config has no rewards to score with (rewards: [...])")
     model, tokenizer = load_policy(target)
+    cfg.data.eval = data
+    ds = prepare_prompt_data(cfg, tokenizer, suite, "eval")  # checked and fitted like training prompts
+    if max_prompts:
+        ds = ds.select(range(min(max_prompts, len(ds))))
+    if len(ds) == 0:
+        raise RunError(f"{data}: no prompts to evaluate")
     s = sampling_section(cfg)
     params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
                             batch_size=64, seed=cfg.train.seed if seed is None else seed)
     prompts = list(ds["prompt"])
-    rolls = sample(model, tokenizer, prompts, n, params, prompt_ids=list(ds["prompt_id"]))
+    ids = list(ds["prompt_id"]) if "prompt_id" in ds.column_names else list(range(len(prompts)))
+    rolls = sample(model, tokenizer, prompts, n, params, prompt_ids=ids)
     columns = {c: list(ds[c]) for c in ds.column_names if c not in ("prompt", "prompt_id")}
     scores = score(rolls, suite, columns)
     out.parent.mkdir(parents=True, exist_ok=True)

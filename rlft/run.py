@@ -4,7 +4,7 @@
       config.yaml         resolved config, each key with the layer that set it
       metrics.jsonl       one JSON object per logged step
       completions.jsonl   sampled completions with each reward's score (sampling stages)
-      health.jsonl        every health-rule firing
+      health.jsonl        every health-rule firing (written, possibly empty, by every stage)
       checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
       final/              PEFT adapter (or full model) + tokenizer
       .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
@@ -38,6 +38,7 @@ class RunOptions:
     verbose: bool = False
     allow_config_change: bool = False
     argv: list = field(default_factory=list)  # the command's arguments, for the printed resume command
+    resume_hint: str | None = None  # the resume command when the run is part of something larger (a pipeline)
 
 
 class RunError(Exception):
@@ -222,6 +223,32 @@ def aside_path(root: Path) -> Path:
     return root.with_name(root.name + ".old")
 
 
+def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
+    """The run folder's preconditions (--resume needs one, a new run needs none or --overwrite, the place is
+    writable), checked without creating anything: called before the model and data load, so a run that
+    fails while loading leaves nothing behind. `prepare_run_dir` creates the folder afterwards."""
+    if opts.resume and opts.overwrite:
+        raise RunError("--resume and --overwrite contradict each other; pick one")
+    if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
+        cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
+        print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
+              file=sys.stderr)
+    if cfg.train.output_dir is None:
+        cfg.train.output_dir = default_output_dir(cfg.stage)
+    run = RunDir(Path(cfg.train.output_dir))
+    check_writable(run.root)
+    if os.environ.get("RLFT_LAUNCHED"):
+        return run
+    exists = run.root.exists() and any(run.root.iterdir())
+    if opts.resume and not exists:
+        raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
+                       f"(drop --resume to start a new run)")
+    if not opts.resume and exists and not opts.overwrite:
+        raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
+                       f"or --overwrite to replace it (or set train.output_dir)")
+    return run
+
+
 def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
     """Create (or reopen for --resume) the run folder, lock it and write config.yaml before training starts."""
     if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
@@ -251,19 +278,26 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
             raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
                            f"or --overwrite to replace it (or set train.output_dir)")
         old = aside_path(run.root)
-        if old.exists():
+        if old.exists() and run.replaced == old.resolve():
+            # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
+            # replaced stays in <name>.old until this run's first checkpoint
             held.release()
-            raise RunError(f"cannot --overwrite {run.root}: {old} already exists (kept by an earlier --overwrite "
-                           f"whose new run never wrote a checkpoint); delete or rename it first")
-        # Moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there.
-        run.root.rename(old)
-        held.moved_to(old)
+            shutil.rmtree(run.root)
+            print(f"rlft: --overwrite: removed {run.root} (an earlier replacement that wrote no checkpoint); "
+                  f"{old} is kept until this run writes its first checkpoint", file=sys.stderr)
+        elif old.exists():
+            held.release()
+            raise RunError(f"cannot --overwrite {run.root}: {old} already exists; delete or rename it first")
+        else:
+            # moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there
+            run.root.rename(old)
+            held.moved_to(old)
+            held.release()
+            print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
+                  f"first checkpoint", file=sys.stderr)
         run.root.mkdir(parents=True)
         run.lock = RunLock(run.root).acquire()
-        held.release()
         (run.root / REPLACES_NAME).write_text(str(old.resolve()) + "\n")
-        print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
-              f"first checkpoint", file=sys.stderr)
     else:
         run.root.mkdir(parents=True, exist_ok=True)
         run.lock = RunLock(run.root).acquire()

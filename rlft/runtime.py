@@ -16,8 +16,8 @@ from pathlib import Path
 from rlft.config.compose import Composed, flatten
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import (COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step, config_changes, prepare_run_dir,
-                      resume_command, saved_config)
+from rlft.run import (COMPLETE_MARKER, RunDir, RunError, RunOptions, check_run_dir, checkpoint_step, config_changes,
+                      prepare_run_dir, resume_command, saved_config)
 
 log = logging.getLogger("rlft")
 RLFT_STATE = "rlft_state.json"
@@ -197,6 +197,8 @@ class RunContext:
         self.interrupt = _Interrupt()
         self.resume_from: Path | None = None
         self.final_only = False  # resume of a run killed during its final save: only redo that save
+        self.threads_note = "cpu threads: torch default"
+        self._run: RunDir | None = None  # created by open_run (or on first use of .run)
         self.config_changes: dict = {}  # key -> (old, new), a resume with --allow-config-change
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
@@ -206,35 +208,64 @@ class RunContext:
 
     # -- set-up --------------------------------------------------------------------------------
     def __enter__(self) -> "RunContext":
+        """Process set-up and the run folder's preconditions (checked, nothing written); the folder itself is
+        created by `open_run`, which a stage calls once its data and model have loaded."""
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
-        self.run = prepare_run_dir(self.cfg, self.composed, self.opts)
-        os.environ.update(tracker_env(self.cfg.train.report_to, self.run.root, os.environ))
+        self.planned = check_run_dir(self.cfg, self.opts)
+        from rlft.models.hardware import resolve_cpu_threads
+
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        threads, self.threads_note, warning = resolve_cpu_threads(self.cfg.hw.cpu_threads, local)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        if self.rank == 0:
+            print(f"rlft: {self.threads_note}", file=sys.stderr)
+            if warning:
+                print(f"rlft: WARNING {warning}", file=sys.stderr)
+        from transformers import set_seed
+
+        set_seed(self.cfg.train.seed)
+        return self
+
+    @property
+    def run(self) -> RunDir:
+        """The run folder; opened on first use for stages that do not call `open_run` themselves."""
+        if self._run is None:
+            self.open_run()
+        return self._run
+
+    def open_run(self) -> RunDir:
+        """Create (or reopen for --resume) and lock the run folder, write config.yaml and an empty
+        health.jsonl, and resolve the checkpoint to resume from. A run that fails while loading its data or
+        model never gets here, so nothing blocks the corrected rerun."""
+        if self._run is not None:
+            return self._run
+        run = self._run = prepare_run_dir(self.cfg, self.composed, self.opts)
+        os.environ.update(tracker_env(self.cfg.train.report_to, run.root, os.environ))
         try:
             if self.opts.resume:
                 if self.own_resume:
                     self._check_config()
                 else:
                     self.resume_from = self._resolve_resume()
+            if self.rank == 0 and not run.health.exists():
+                run.health.touch()
         except BaseException:
-            self.run.release()
+            run.release()
+            self._run = None
             raise
         if self.rank == 0:
-            print(f"rlft: run folder {self.run.root}; to continue it after a stop: {self.resume_command}",
+            print(f"rlft: run folder {run.root}; to continue it after a stop: {self.resume_command}",
                   file=sys.stderr)
         self.interrupt.install()
-        if self.cfg.hw.cpu_threads:
-            import torch
-
-            torch.set_num_threads(self.cfg.hw.cpu_threads)
-        from transformers import set_seed
-
-        set_seed(self.cfg.train.seed)
-        return self
+        return run
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
-        run = getattr(self, "run", None)
+        run = self._run  # a run that failed before its folder was opened leaves none behind
         if run is not None:
             if self.rank == 0:
                 if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
@@ -250,6 +281,8 @@ class RunContext:
 
     @property
     def resume_command(self) -> str:
+        if self.opts.resume_hint:
+            return self.opts.resume_hint
         return resume_command(self.run.root, self.opts.argv or ["--stage", self.cfg.stage])
 
     def write_summary(self, code: int | None, error: str | None = None) -> None:
@@ -392,13 +425,13 @@ class RunContext:
             return
         if hasattr(trainer, "load_rlft_state_dict"):
             trainer.load_rlft_state_dict(self.extra_state)
-            self._apply_kl_changes(trainer)
         else:
             kl_ctl = getattr(trainer, "kl_ctl", None)
             if kl_ctl is not None and "kl_controller" in self.extra_state:
                 kl_ctl.load_state_dict(self.extra_state["kl_controller"])
         if hasattr(trainer, "load_rlft_extra_state") and "trainer" in self.extra_state:
             trainer.load_rlft_extra_state(self.extra_state["trainer"])
+        self._apply_kl_changes(trainer)
 
     def _apply_kl_changes(self, trainer) -> None:
         """--allow-config-change: a changed KL setting wins over the controller state in the checkpoint."""
@@ -444,7 +477,7 @@ class RunContext:
             self._save_now(trainer)
             print(f"rlft: stopped by health rule: {exc}. A checkpoint was written; after fixing the cause, "
                   f"resume with: {self.resume_command}", file=sys.stderr)
-            return 3
+            return 4
         except RewardFailureError as exc:
             self._save_now(trainer)
             print(f"rlft: stopped: {exc} A checkpoint was written; fix the rewards and resume with: "
@@ -466,7 +499,7 @@ class RunContext:
             step = trainer.state.global_step
             print(f"rlft: interrupted at step {step}; checkpoint written to {trainer.args.output_dir}. "
                   f"Resume with: {self.resume_command}", file=sys.stderr)
-            return 128 + int(self.interrupt.signal)
+            return 130  # Ctrl-C's code for SIGTERM too: one "interrupted, resumable" code
         self.check_ranks_in_sync(trainer)
         if final:
             self.save_final(trainer, tokenizer)
@@ -504,6 +537,21 @@ class RunContext:
             (path / COMPLETE_MARKER).write_text("ok\n")
             self.run.drop_replaced()
 
+    def describe_final(self, folder: Path, steps: int) -> None:
+        """The adapter names its base model as the user gave it (not a cache path), and the model card says
+        what rlft trained instead of the library boilerplate."""
+        from rlft.monitor.model_card import model_card
+
+        adapter = folder / "adapter_config.json"
+        if adapter.is_file():
+            data = json.loads(adapter.read_text())
+            data["base_model_name_or_path"] = self.cfg.model.name_or_path
+            adapter.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        card = model_card(self.cfg, steps)
+        (folder / "README.md").write_text(card)
+        if (self.run.checkpoints / "README.md").is_file():  # TRL's card there says "fine-tuned version of [None]"
+            (self.run.checkpoints / "README.md").write_text(card)
+
     def save_final(self, trainer, tokenizer) -> None:
         """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
         import shutil
@@ -514,6 +562,7 @@ class RunContext:
         trainer.save_model(str(tmp))
         if trainer.args.should_save:
             tokenizer.save_pretrained(str(tmp))
+            self.describe_final(tmp, trainer.state.global_step)
             if self.run.final.exists():
                 shutil.rmtree(self.run.final)
             tmp.rename(self.run.final)

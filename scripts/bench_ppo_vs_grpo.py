@@ -45,7 +45,7 @@ def build_ppo(steps: int, out: str, timer: StepTimer):
     wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model))
     suite = build_reward_suite([vars(r) for r in cfg.rewards])
     return RlftPPOTrainer(model=wrapped, args=training_arguments(cfg, out), processing_class=tok,
-                          settings=ppo_settings(cfg), train_rows=load_prompt_dataset(cfg).to_list(), eval_rows=[],
+                          settings=ppo_settings(cfg), train_rows=load_prompt_dataset(cfg).to_list(),
                           reward_suite=suite, callbacks=[timer.callback])
 
 

@@ -30,7 +30,7 @@ def parse_explain(text: str) -> dict[str, tuple[object, str]]:
     out: dict[str, tuple[object, str]] = {}
     stack: list[str] = []
     for line in text.splitlines():
-        if line.startswith(("# schedule", "# reference", "# grpo layout")):
+        if line.startswith("# "):  # the notes after the YAML (schedule, chat template, grpo layout)
             continue
         m = EXPLAIN_LEAF.match(line) or SECTION.match(line)
         assert m, f"unexpected line: {line!r}"
@@ -100,6 +100,25 @@ def test_explain_prints_the_schedule_arithmetic():
     assert any(line.startswith("# schedule: effective batch = ") for line in text.splitlines())
 
 
+def test_explain_says_what_the_chat_template_and_grpo_layout_do(tmp_path):
+    lines = show("--explain").stdout.splitlines()
+    chat = next(line for line in lines if line.startswith("# data.chat_template"))
+    assert chat == ("# data.chat_template auto: plain-text prompts go through the tokenizer's chat template when it "
+                    "has one; tiny: has one, so it applies")
+    layout = next(line for line in lines if line.startswith("# grpo: one generation"))
+    assert "16 prompts x grpo.group_size 4 = 64 completions" in layout
+    assert "grpo.num_substeps 4 optimizer step(s) of 16 x grpo.ppo_epochs 4 pass(es) = 16 optimizer step(s)" in layout
+    folder = tmp_path / "plain-model"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text("{}")
+    lines = show("--explain", f"model.name_or_path={folder}", "data.chat_template=always").stdout.splitlines()
+    chat = next(line for line in lines if line.startswith("# data.chat_template"))
+    assert chat.endswith("has none (training will stop with an error)"), chat
+    lines = show("--stage", "dpo", "--explain", "data.chat_template=never").stdout.splitlines()
+    assert "# data.chat_template never: plain-text prompts are used as they are (message lists are still templated)" in lines
+    assert not any(line.startswith("# grpo:") for line in lines)
+
+
 @pytest.mark.parametrize("args", [
     [],
     ["--stage", "dpo", "--hw", "a100"],
@@ -119,11 +138,11 @@ def test_plain_output_is_yaml_of_the_config(args):
 def test_plain_output_includes_trl_passthrough_and_rewards(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("trl:\n  load_best_model_at_end: true\nrewards:\n  - fn: exact_match\n    weight: 2\n"
-                 "    kwargs: {answer_column: answer}\ndata:\n  train: demo\n")
+                 "    kwargs: {column: target}\ndata:\n  train: demo\n  eval: demo\n")
     result = show("--stage", "grpo", "-c", f)
     data = yaml.safe_load(result.stdout)
     assert data["trl"] == {"load_best_model_at_end": True}
-    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"answer_column": "answer"}, "name": None,
+    assert data["rewards"] == [{"fn": "exact_match", "weight": 2.0, "kwargs": {"column": "target"}, "name": None,
                                "timeout_s": 30.0}]
 
 

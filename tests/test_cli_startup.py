@@ -31,6 +31,8 @@ def imported_modules(stderr: str) -> set[str]:
     ["validate-config", "--stage", "grpo", "--hw", "a100"],
     ["validate-config", "--stage", "dpo", "--hw", "a100", "-c", "configs/examples/production.yaml"],
     ["show-config", "--explain"],
+    ["validate-config", "--hw", "auto", "-c", "configs/examples/grpo_demo.yaml"],
+    ["show-config", "--hw", "auto"],
     ["list"],
 ])
 def test_config_commands_import_no_heavy_library(args):

@@ -59,3 +59,14 @@ def test_at_most_50_problems_are_printed_with_a_count_of_the_rest(tmp_path):
     assert sum(line.startswith("error: train.unknown_") for line in lines) == 50
     assert re.search(r"^\.\.\. and \d+ more problems not shown \(70 errors, \d+ warnings?\)$", res.stderr, re.M)
     assert lines[-1] == "config invalid: 120 errors"
+
+
+def test_pipeline_files_have_the_same_caps(tmp_path):
+    bomb = tmp_path / "pipe.yaml"
+    bomb.write_text("stages:\n  - stage: grpo\n" + "".join("    " + line + "\n" for line in BOMB.splitlines()))
+    res = run_cli("pipeline", "validate", bomb, timeout=60)
+    assert res.returncode == 2 and "aliases" in res.stderr and "Traceback" not in res.stderr
+    big = tmp_path / "big.yaml"
+    big.write_text("stages:\n  - stage: grpo\n" + "#" * (MAX_CONFIG_BYTES + 10) + "\n")
+    res = run_cli("pipeline", "validate", big)
+    assert res.returncode == 2 and "MB" in res.stderr and "Traceback" not in res.stderr

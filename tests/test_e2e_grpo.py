@@ -25,6 +25,10 @@ def test_demo_learns(tmp_path):
     assert first < 0.1 and last > 0.9, (first, last)
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
+    fired = {h["rule"] for h in read_jsonl(out / "health.jsonl")}
+    assert "entropy_collapse" not in fired, fired  # the demo learns; its low entropy is the answer, not a collapse
+    assert all(isinstance(r["time"], float) and r["stage"] == "grpo" for r in rows)
+    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stage"] == "grpo" and summary["status"] == "finished" and summary["steps"] == 60
     assert summary["last"]["reward"] == rows[-1]["reward"] and summary["wall_s"] > 0
@@ -92,7 +96,9 @@ def test_completion_log_rows_are_completions_with_prompt_ids(tmp_path):
     comps = read_jsonl(out / "completions.jsonl")
     assert [c["step"] for c in comps] == [1, 1, 1, 2, 2, 2]
     for c in comps:
-        assert set(c) == {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage"}
+        assert {"step", "prompt_id", "prompt", "completion", "rewards", "total", "advantage", "completion_tokens",
+                "reward_version"} <= set(c)
+        assert 1 <= c["completion_tokens"] <= 16 and c["reward_version"] == 1  # grpo.max_tokens 16 in the demo
         assert isinstance(c["prompt_id"], int) and set(c["rewards"]) == {"char_fraction"}
     assert comps[0]["prompt_id"] == comps[1]["prompt_id"] == comps[2]["prompt_id"]  # one group: one prompt
 

@@ -33,13 +33,13 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert proc.returncode == 130, err[-2000:]  # interrupted, checkpoint written
     assert "--resume" in err
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl"))
     assert stopped_at < 8
     assert (out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_complete").exists()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and summary["steps"] == stopped_at and summary["exit_code"] == 143
+    assert summary["status"] == "interrupted" and summary["steps"] == stopped_at and summary["exit_code"] == 130
 
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -74,7 +74,7 @@ def test_resume_missing_folder_and_existing_folder(tmp_path):
 def test_nan_loss_stops_with_checkpoint(tmp_path):
     out = tmp_path / "run"
     res = _train(out, env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "2"})
-    assert res.returncode == 3, res.stderr[-2000:]
+    assert res.returncode == 4, res.stderr[-2000:]  # stopped by a health rule
     assert "loss_nan" in res.stderr
     health = [h for h in read_jsonl(out / "health.jsonl") if h["action"] != "warn"]
     assert health[0]["rule"] == "loss_nan" and health[0]["action"] == "stop"
@@ -121,13 +121,21 @@ def test_final_adapter_loads_with_plain_peft(tmp_path):
     out = tmp_path / "run"
     assert _train(out, "train.max_steps=2").returncode == 0
     code = (
-        "import sys; from peft import AutoPeftModelForCausalLM; from transformers import AutoTokenizer\n"
-        "p = sys.argv[1]; m = AutoPeftModelForCausalLM.from_pretrained(p); t = AutoTokenizer.from_pretrained(p)\n"
+        "import json, sys; from peft import PeftModel; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "p = sys.argv[1]; t = AutoTokenizer.from_pretrained(p)\n"
+        "m = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sys.argv[2]), p)\n"
         "ids = t('Repeat the letter a: ', return_tensors='pt')\n"
         "o = m.generate(**ids, max_new_tokens=5, do_sample=False)\n"
         "print('GENERATED', o.shape[1] - ids['input_ids'].shape[1])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code, str(out / "final")], capture_output=True, text=True,
+    adapter = json.loads((out / "final" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "tiny"  # as the user named it, not rlft's cache folder
+    card = (out / "final" / "README.md").read_text()
+    assert "# GRPO fine-tune of `tiny`" in card and "stage `grpo`, 2 optimizer steps" in card
+    assert "- Rewards: `char_fraction` x 1" in card and "- Data: `demo`" in card
+    base = run_cli("tiny-model", tmp_path / "tiny")  # how a user gets the tiny base model as a folder
+    assert base.returncode == 0, base.stderr
+    res = subprocess.run([sys.executable, "-c", code, str(out / "final"), str(tmp_path / "tiny")], capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "GENERATED" in res.stdout
@@ -150,6 +158,6 @@ def test_ddp_two_processes_on_cpu(tmp_path):
 
 def test_gpu_profiles_fail_fast_without_gpu(tmp_path):
     res = _train(tmp_path / "a", "--hw", "a100")
-    assert res.returncode == 2 and "use --hw cpu" in res.stderr
+    assert res.returncode == 3 and "use --hw cpu" in res.stderr
     res = run_cli("train", "--stage", "grpo", "--hw", "fsdp", "-c", DEMO, "hw.device=cpu", "train.bf16=false")
-    assert res.returncode == 2 and "FSDP does not run on CPU" in res.stderr
+    assert res.returncode == 3 and "FSDP does not run on CPU" in res.stderr

@@ -141,3 +141,13 @@ def test_init_from_an_earlier_run(tmp_path):
     assert start_second == end_first  # same weights, same evaluation seed
     row = read_jsonl(second / "metrics.jsonl")[0]
     assert abs(row["kl_policy_ref"]) < 1e-6  # the reference is the starting model
+
+
+def test_full_fine_tuning_with_a_frozen_reference(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "lora.enabled=false",
+                  "ppo.num_episodes=32", "ppo.init_kl_coef=0.05", "train.learning_rate=1e-4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert abs(rows[0]["kl_policy_ref"]) < 1e-6 and rows[1]["kl_policy_ref"] != 0  # a copy of the start, frozen
+    assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "value_head.safetensors").is_file()

@@ -31,6 +31,9 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 final = Path(sys.argv[1])
 base = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+if base == "tiny":  # rlft's built-in model, as the user named it: rlft builds (or finds) its folder
+    from rlft.tiny import ensure_tiny_model
+    base = str(ensure_tiny_model())
 tok = AutoTokenizer.from_pretrained(str(final))
 model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(final))
 ids = tok("Repeat the letter a: ", return_tensors="pt")
@@ -197,7 +200,7 @@ def test_sigterm_checkpoints_and_resume_finishes_the_run(tmp_path):
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode != 0, stderr[-3000:]
-    assert "SIGTERM received" in stderr and "Resume with the same command plus --resume" in stderr
+    assert "SIGTERM received" in stderr and f"train.output_dir={out} --resume" in stderr
     steps = sorted(int(p.parent.name.rsplit("-", 1)[1]) for p in out.glob("checkpoints/checkpoint-*/rlft_complete"))
     stopped = steps[-1]
     assert 4 <= stopped < 12

@@ -70,3 +70,15 @@ def test_read_only_config_and_data_folder_still_trains(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert (out / "final" / "adapter_config.json").is_file()
     assert sorted(p.name for p in conf.iterdir()) == ["c.yaml", "rw.py", "saved", "train.jsonl"]
+
+
+def test_read_only_pipeline_folder_is_one_line_exit_2(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text(f"output_dir: {ro / 'pipe'}\nstages:\n  - stage: grpo\n    config: {ROOT / DEMO}\n")
+    res = run_cli_readonly(ro, "pipeline", "run", pipe, "train.max_steps=1")
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "not writable" in lines[0] and "output_dir" in lines[0]

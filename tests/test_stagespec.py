@@ -120,13 +120,13 @@ def test_resume_breaking_keys_come_from_the_spec(tmp_path):
 def test_validate_reads_data_columns_from_the_spec(monkeypatch, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a", "chosen": "b"}\n')
-    _, warnings = validate(compose("grpo", "cpu", overrides=[f"data.train={data}", "rewards=[exact_match]"]))
+    _, warnings = validate(compose("grpo", "cpu", overrides=[f"data.train={data}", "rewards=[json_valid]"]))
     assert not [w for w in warnings if w.key == "data.train"]
     with pytest.raises(ConfigError, match="rejected"):  # dpo needs the rejected column too
         validate(compose("dpo", "cpu", overrides=[f"data.train={data}"]))
     monkeypatch.setitem(SPECS, "grpo", dataclasses.replace(SPECS["grpo"], data_columns=("data.rejected_column",)))
     with pytest.raises(ConfigError, match="rejected"):
-        validate(compose("grpo", "cpu", overrides=[f"data.train={data}", "rewards=[exact_match]"]))
+        validate(compose("grpo", "cpu", overrides=[f"data.train={data}", "rewards=[json_valid]"]))
 
 
 # --- a key in another stage's section --------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_other_stage_warning_through_the_cli():
     from rlft.cli import app
 
     result = CliRunner().invoke(app, ["validate-config", "--stage", "grpo", "data.train=demo",
-                                      "rewards=[exact_match]", "dpo.beta=0.2"])
+                                      "rewards=[json_valid]", "dpo.beta=0.2"])
     assert result.exit_code == 0, result.output
     assert "warning: dpo.beta (command line): has no effect" in result.stderr
 
@@ -170,7 +170,7 @@ def test_trl_error_names_the_passthrough_key_and_its_layer(tmp_path):
     pytest.importorskip("trl")
     from rlft.stages.grpo import grpo_trl_config
 
-    composed = compose("grpo", "cpu", overrides=["trl.auto_find_batch_size=true", "rewards=[exact_match]"])
+    composed = compose("grpo", "cpu", overrides=["trl.auto_find_batch_size=true", "rewards=[json_valid]"])
     cfg, _ = validate(composed)
     with pytest.raises(ConfigError) as info:
         grpo_trl_config(cfg, str(tmp_path), 1, composed)
@@ -193,7 +193,7 @@ def test_trl_error_maps_trl_options_back_to_rlft_keys():
 def test_trl_error_through_rlft_train_exits_2_without_traceback(tmp_path):
     pytest.importorskip("trl")
     proc = subprocess.run([sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu",
-                           "data.train=demo", "rewards=[exact_match]", f"train.output_dir={tmp_path / 'run'}",
+                           "data.train=demo", "rewards=[json_valid]", f"train.output_dir={tmp_path / 'run'}",
                            "trl.auto_find_batch_size=true"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

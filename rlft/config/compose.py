@@ -41,6 +41,10 @@ def configs_dir() -> Path:
     folder named by RLFT_CONFIG_DIR (a folder with the same layout: base.yaml, stages/, hw/, examples/)."""
     env = os.environ.get("RLFT_CONFIG_DIR")
     if env:
+        if not (Path(env) / "base.yaml").is_file():
+            raise ConfigError([Problem("RLFT_CONFIG_DIR", "environment",
+                                       f"{env} is not a profiles folder (it needs base.yaml, stages/, hw/); "
+                                       f"unset RLFT_CONFIG_DIR to use the profiles shipped with rlft")])
         return Path(env)
     from importlib.resources import files
 
@@ -155,13 +159,9 @@ def parse_yaml_text(text: str, name: str = CLI_LAYER) -> Any:
     return _compose_yaml(text, name)[1]
 
 
-def load_layer(path: Path, name: str | None = None) -> Layer:
-    """Read one YAML file into a Layer; syntax errors name the file and line."""
-    path = Path(path)
-    name = name or display_path(path)
-    if not path.is_file():
-        what = "is a directory, not a config file" if path.is_dir() else "config file not found"
-        raise ConfigError([Problem(name, name, f"{what}: {path}")])
+def read_yaml_file(path: Path, name: str) -> tuple[yaml.Node | None, Any]:
+    """(node, data) of a YAML file within the size and alias caps; every failure a ConfigError naming
+    the file (and line for syntax errors)."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -174,12 +174,22 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     except (OSError, UnicodeError) as exc:
         raise ConfigError([Problem("(file)", name, f"cannot read the file as UTF-8 text: {exc}")]) from None
     try:
-        node, data = _compose_yaml(text, name)
+        return _compose_yaml(text, name)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark else name
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError([Problem("(yaml)", where, f"YAML syntax error: {reason}")]) from None
+
+
+def load_layer(path: Path, name: str | None = None) -> Layer:
+    """Read one YAML file into a Layer; syntax errors name the file and line."""
+    path = Path(path)
+    name = name or display_path(path)
+    if not path.is_file():
+        what = "is a directory, not a config file" if path.is_dir() else "config file not found"
+        raise ConfigError([Problem(name, name, f"{what}: {path}")])
+    node, data = read_yaml_file(path, name)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -126,3 +126,56 @@ def sampled_sft_schedule(cfg: RlftConfig) -> str:
             f"up to {s.max_tokens} tokens at temperature {s.temperature}, {s.generation_batch_size} per generate call; "
             f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each round{evals}")
 
+
+
+def grpo_layout_note(cfg: RlftConfig) -> str:
+    """How one GRPO generation becomes optimizer steps (why the stage profile's 4 x 4 logs 16 steps)."""
+    g = cfg.grpo
+    total = g.batch_size * g.group_size
+    steps = g.num_substeps * g.ppo_epochs
+    return (f"grpo: one generation = grpo.batch_size {g.batch_size} prompts x grpo.group_size {g.group_size} = {total} "
+            f"completions, trained in grpo.num_substeps {g.num_substeps} optimizer step(s) of "
+            f"{total // max(g.num_substeps, 1)} x grpo.ppo_epochs {g.ppo_epochs} pass(es) = {steps} optimizer step(s) "
+            f"per generation (each logged as a step); grpo.batch_size must be divisible by grpo.num_substeps; "
+            f"grpo.num_substeps=1 grpo.ppo_epochs=1 trains one step per generation")
+
+
+def chat_template_note(cfg: RlftConfig) -> str:
+    """What data.chat_template will do with this model, decided without loading it where a file says so."""
+    import json
+    import os
+
+    mode, model = cfg.data.chat_template, cfg.model.name_or_path
+    has = None
+    if model == "tiny":
+        has = True  # rlft's tiny tokenizer carries a ChatML template
+    elif os.path.isdir(os.path.expanduser(model)):
+        folder = Path(os.path.expanduser(model))
+        has = (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file()
+        try:
+            has = has or bool(json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template"))
+        except (OSError, ValueError):
+            pass
+    what = {"auto": "plain-text prompts go through the tokenizer's chat template when it has one",
+            "always": "plain-text prompts go through the tokenizer's chat template (an error if it has none)",
+            "never": "plain-text prompts are used as they are (message lists are still templated)"}[mode]
+    if mode == "never":
+        verdict = ""
+    elif has is None:
+        verdict = f"; {model}: decided when its tokenizer loads"
+    else:
+        verdict = f"; {model}: {'has one, so it applies' if has else 'has none'}"
+        if mode == "always" and not has:
+            verdict += " (training will stop with an error)"
+    return f"data.chat_template {mode}: {what}{verdict}"
+
+
+def explain_notes(cfg: RlftConfig) -> list[str]:
+    """The `show-config --explain` notes after the YAML, each a comment line."""
+    notes = [ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg)]
+    if cfg.stage in ("rs_sft", "awr"):
+        notes.append(sampled_sft_schedule(cfg))
+    notes.append("# " + chat_template_note(cfg))
+    if cfg.stage == "grpo":
+        notes.append("# " + grpo_layout_note(cfg))
+    return notes

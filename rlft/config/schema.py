@@ -9,7 +9,7 @@ standard library so that `rlft validate-config` stays fast.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Any, Optional, get_args, get_origin, get_type_hints
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from rlft.config.stages import STAGES, sampling_stages
 
@@ -18,9 +18,10 @@ SAMPLING_STAGES = sampling_stages()  # stages that generate and score completion
 
 
 def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,
-      choices=None, factory=None) -> Any:
-    """A schema field: default, one-line help and the allowed values in one place."""
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices}
+      choices=None, factory=None, also=None) -> Any:
+    """A schema field: default, one-line help and the allowed values in one place (`also`: words accepted
+    besides the type, e.g. `auto` for a number)."""
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "also": also}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -96,6 +97,7 @@ class DataConfig:
     chosen_column: str = F("chosen", "Preference stages: the preferred answer column.")
     rejected_column: str = F("rejected", "Preference stages: the dispreferred answer column.")
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
+    chat_template: str = F("auto", "Plain-text prompts (and preference answers) through the tokenizer's chat template: auto = when the tokenizer has one, always = required, never = raw text. Message lists are always templated.", choices=["auto", "always", "never"])
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
     too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
@@ -218,7 +220,7 @@ class HardwareConfig:
     fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
     fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
     deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
-    cpu_threads: Optional[int] = F(None, "torch CPU threads (null = torch default; 1 is fastest for tiny models).", ge=1, le=512)
+    cpu_threads: Optional[Union[int, str]] = F(None, "torch CPU threads: a count, `auto` = the cores this process may run on (os.sched_getaffinity, divided among local processes; warns when the load average says they are busy), null = torch's default (1 is fastest for tiny models).", ge=1, le=512, also=["auto"])
     empty_cache_steps: Optional[int] = F(None, "Free the accelerator cache every N steps (helps on MPS).", ge=1)
 
 
@@ -280,6 +282,7 @@ class FieldSpec:
     lt: Any = None
     choices: Any = None
     item_type: Any = None  # element type for lists
+    also: Any = None       # words accepted besides the type (e.g. auto)
 
     def allowed(self) -> str:
         """Human description of what this key accepts."""
@@ -294,6 +297,8 @@ class FieldSpec:
                 text = f"{name} between {self.ge} and {self.le}"
             else:
                 text = " ".join([name] + [" and ".join(b for b in (lo, hi) if b)]).strip()
+        if self.also:
+            text += "".join(f" or {w}" for w in self.also)
         return text + (" or null" if self.optional else "")
 
 
@@ -334,7 +339,7 @@ def leaf_specs(cls=RlftConfig, prefix: str = "") -> dict[str, FieldSpec]:
             default = MISSING
         m = f.metadata
         out[path] = FieldSpec(path, base, optional, default, m.get("help", ""), m.get("ge"), m.get("gt"),
-                              m.get("le"), m.get("lt"), m.get("choices"), item)
+                              m.get("le"), m.get("lt"), m.get("choices"), item, m.get("also"))
     return out
 
 

@@ -49,6 +49,8 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
     """Why `value` is not allowed for `spec`, or None when it is."""
     if value is None:
         return None if spec.optional else f"must not be null; expected {spec.allowed()}"
+    if spec.also and value in spec.also:
+        return None
     tp = spec.type
     ok = {
         int: isinstance(value, int) and not isinstance(value, bool),
@@ -157,8 +159,13 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
 
     if g("grpo.batch_size") and g("grpo.num_substeps") and isinstance(g("grpo.batch_size"), int) \
             and isinstance(g("grpo.num_substeps"), int) and g("grpo.batch_size") % g("grpo.num_substeps"):
-        err("grpo.num_substeps", f"grpo.batch_size ({g('grpo.batch_size')}) must be divisible by grpo.num_substeps "
-            f"({g('grpo.num_substeps')}): each substep trains on an equal share of whole groups")
+        bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
+        divisors = [d for d in range(1, bs + 1) if bs % d == 0]
+        err("grpo.num_substeps", f"grpo.batch_size ({bs}) must be divisible by grpo.num_substeps ({ns}): each substep "
+            f"(one optimizer step) trains on an equal share of whole groups. Set grpo.num_substeps to one of "
+            f"{', '.join(map(str, divisors))} (1 = one optimizer step per generation) or grpo.batch_size to a multiple "
+            f"of {ns}; the grpo stage profile sets num_substeps 4 and ppo_epochs 4 (the guide's mini-batches and "
+            f"epochs: 16 optimizer steps per generation)")
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:
@@ -286,6 +293,72 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
                 problems.append(Problem(key, c.layer_of(key), msg))
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
+    _check_reward_columns(c, problems)
+
+
+def looks_local(name: str) -> bool:
+    """A model name that can only mean a folder: `./x`, `../x`, `/x`, `~/x`, `a/b/c`, or `a/b` where `a` is a
+    local folder (a hub id is `org/name`)."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name):
+        return True
+    return "/" in name and Path(name.split("/", 1)[0]).expanduser().is_dir()
+
+
+def _check_model_path(c: Composed, problems: list[Problem]) -> None:
+    """A mistyped local model folder is a config error now, not a hub lookup traceback after minutes."""
+    name = _get(c.data, "model.name_or_path")
+    if not isinstance(name, str) or name == "tiny" or Path(name).expanduser().exists() or not looks_local(name):
+        return
+    path = Path(name).expanduser()
+    parent = path.parent
+    hint = ""
+    if parent.is_dir():
+        siblings = sorted(p.name for p in parent.iterdir() if p.is_dir())
+        close = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.5)
+        if close:
+            hint = f"; did you mean `{str(parent / close[0]) if str(parent) != '.' else close[0]}`?"
+        elif siblings:
+            hint = f" (folders in {parent}: {', '.join(siblings[:8])}{', ...' if len(siblings) > 8 else ''})"
+    else:
+        hint = f" (no folder {parent} either)"
+    problems.append(Problem("model.name_or_path", c.layer_of("model.name_or_path"),
+                            f"model folder not found: {name}{hint}"))
+
+
+def _check_reward_columns(c: Composed, problems: list[Problem]) -> None:
+    """A column a reward reads that data.train lacks would fail at the first scored step: say so now."""
+    rewards = c.data.get("rewards") or []
+    path = _get(c.data, "data.train")
+    if not rewards or not isinstance(rewards, list) or not isinstance(path, str) or not STAGE_SPECS[c.stage].samples:
+        return
+    from rlft.data.peek import DataError, peek_columns
+    from rlft.rewards.registry import reward_columns
+
+    if path == "demo":
+        from rlft.demo import demo_prompts
+
+        columns = list(demo_prompts()[0])
+    else:
+        try:
+            columns = peek_columns(path).columns
+        except DataError:
+            return  # reported by the data check
+    prompt = _get(c.data, "data.prompt_column")
+    present = [("prompt" if col == prompt else col) for col in columns]  # the prompt column reaches rewards as `prompt`
+    for i, item in enumerate(rewards):
+        if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
+            continue
+        kwargs = item.get("kwargs") if isinstance(item.get("kwargs"), dict) else {}
+        for col in reward_columns(item["fn"], kwargs):
+            if col in present:
+                continue
+            close = difflib.get_close_matches(col, present, n=1)
+            hint = f"; did you mean `{close[0]}`?" if close else ""
+            key = f"rewards[{i}].kwargs.column" if col in (kwargs.get("column"), *(kwargs.get("columns") or ())) \
+                else f"rewards[{i}].fn"
+            problems.append(Problem(key, c.layer_of("rewards"),
+                                    f"reward `{item['fn']}` reads column `{col}`, which data.train ({path}) lacks "
+                                    f"(columns: {', '.join(present)}){hint}; set the reward's kwargs.column"))
 
 
 def _check_other_stage_sections(c: Composed, problems: list[Problem]) -> None:
@@ -315,6 +388,20 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
     valid = trainer_config_fields(c.stage)
     if valid is None:
         return
+    if extra.get("load_best_model_at_end") is True:
+        # transformers needs evaluation on the save schedule to know the best checkpoint
+        where = c.layer_of("trl.load_best_model_at_end")
+        if not _get(c.data, "data.eval"):
+            # like missing data: a warning while checking a profile, an error once there is data to train on
+            level = "error" if _get(c.data, "data.train") else "warning"
+            problems.append(Problem("trl.load_best_model_at_end", where,
+                                    "needs evaluation to pick the best checkpoint: set data.eval (rlft evaluates "
+                                    "every train.eval_steps only when data.eval is set), or drop this option", level))
+        es, ss = _get(c.data, "train.eval_steps"), _get(c.data, "train.save_steps")
+        if isinstance(es, int) and isinstance(ss, int) and es and ss % es:
+            problems.append(Problem("train.save_steps", c.layer_of("train.save_steps"),
+                                    f"trl.load_best_model_at_end needs train.save_steps ({ss}) to be a multiple of "
+                                    f"train.eval_steps ({es})"))
     for key in extra:
         path = f"trl.{key}"
         where = c.layer_of(path)
@@ -342,6 +429,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
         if check_files:
             _check_rewards_resolve(c, problems)
             _check_data(c, problems)
+            _check_model_path(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]
     if errors:

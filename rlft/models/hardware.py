@@ -75,3 +75,41 @@ def available_trackers(names: list[str]) -> list[str]:
         else:
             out.append(name)
     return out
+
+
+def resolve_cpu_threads(setting, local_processes: int = 1, *, affinity=None, loadavg=None,
+                        cpu_count=None) -> tuple[int | None, str, str | None]:
+    """`hw.cpu_threads` as (threads or None for torch's default, start-line phrase, warning or None).
+
+    `auto` takes the cores this process may run on (os.sched_getaffinity, not the machine's count, which
+    containers and taskset narrow) shared among the processes on this machine. Threads beyond the cores
+    that are free make each step many times slower (spin-waiting threads), so a load average that leaves
+    fewer free cores than threads is a warning."""
+    import os
+
+    if setting is None:
+        return None, "cpu threads: torch default", None
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if setting == "auto":
+        threads = max(1, affinity // max(1, local_processes))
+        share = f" / {local_processes} processes" if local_processes > 1 else ""
+        note = f"cpu threads {threads} (auto: {affinity} usable cores{share})"
+    else:
+        threads = int(setting)
+        note = f"cpu threads {threads} (hw.cpu_threads)"
+    if loadavg is None:
+        try:
+            loadavg = os.getloadavg()[0]
+        except OSError:
+            loadavg = 0.0
+    total = cpu_count or os.cpu_count() or affinity
+    free = min(affinity, total - loadavg)
+    warning = None
+    if threads * local_processes > max(free, 0) + 0.5:
+        fits = max(1, int(max(free, 0)) // max(1, local_processes))
+        fix = f"set hw.cpu_threads={fits} or run" if fits < threads else "run"
+        warning = (f"the machine is busy (load average {loadavg:.1f} on {total} cores, about {max(free, 0):.1f} free): "
+                   f"{threads * local_processes} cpu thread(s) will compete with other processes and steps can be many "
+                   f"times slower; {fix} when the machine is idle")
+    return threads, note, warning

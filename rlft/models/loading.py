@@ -10,6 +10,24 @@ from rlft.models.weights import DTYPES, load_causal_lm, resolve_model_path, torc
 
 log = logging.getLogger("rlft")
 
+class ModelLoadError(Exception):
+    """The model or tokenizer cannot be loaded; the message is one line naming it and the fix."""
+
+
+def _load_failure(name: str, exc: BaseException) -> ModelLoadError:
+    import os
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not os.path.exists(os.path.expanduser(name)):
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+        where = ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline
+                 else "it is not in the local Hugging Face cache and the hub could not provide it")
+        return ModelLoadError(f"model.name_or_path: cannot load `{name}`: no such local folder, and as a hub id {where} "
+                              f"({type(exc).__name__}: {text}). Check the name, download it once with network "
+                              f"access, or point model.name_or_path at a local folder")
+    return ModelLoadError(f"model.name_or_path: cannot load `{name}`: {type(exc).__name__}: {text}")
+
+
 def load_model_and_tokenizer(cfg: RlftConfig):
     """The policy to train and its tokenizer (see `load_policy` and `load_policy_tokenizer`)."""
     return load_policy(cfg), load_policy_tokenizer(cfg)
@@ -22,7 +40,10 @@ def load_policy(cfg: RlftConfig):
         from rlft.models.init_from import load_initial_policy
 
         return load_initial_policy(cfg)
-    return load_causal_lm(resolve_model_path(cfg), cfg)
+    try:
+        return load_causal_lm(resolve_model_path(cfg), cfg)
+    except (OSError, ValueError, KeyError) as exc:  # hub errors are OSError/ValueError subclasses
+        raise _load_failure(cfg.model.name_or_path, exc) from None
 
 
 def load_policy_tokenizer(cfg: RlftConfig):
@@ -31,7 +52,10 @@ def load_policy_tokenizer(cfg: RlftConfig):
         from rlft.config.init_from import run_root
 
         return load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
-    return load_tokenizer(resolve_model_path(cfg), cfg)
+    try:  # the tokenizer loads first in every stage: a bad name fails here, in a second, as one line
+        return load_tokenizer(resolve_model_path(cfg), cfg)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _load_failure(cfg.model.name_or_path, exc) from None
 
 
 def load_tokenizer(path: str, cfg: RlftConfig):
@@ -79,11 +103,24 @@ def load_reference(cfg: RlftConfig):
         return None
     path = Path(ref)
     if (path / "adapter_config.json").is_file():
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(cfg)).merge_and_unload()
+        model = load_adapter_model(path, cfg).merge_and_unload()
     else:
         model = load_causal_lm(str(path), cfg)
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def load_adapter_model(folder: Path, cfg: RlftConfig):
+    """A PEFT adapter folder on its base model. rlft's adapters name the base as the user gave it, so
+    `tiny` (rlft's built-in model, which transformers does not know) is resolved here."""
+    import json
+
+    from peft import PeftModel
+
+    base = json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if base == "tiny":
+        from rlft.tiny import ensure_tiny_model
+
+        base = str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
+    return PeftModel.from_pretrained(load_causal_lm(base, cfg), str(folder))

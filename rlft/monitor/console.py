@@ -26,6 +26,7 @@ class ConsoleProgress(TrainerCallback):
         self.progress = None
         self.task = None
         self.keys = list(SPECS[stage].console) if stage in SPECS else ["loss"]
+        self.alerts: dict[str, int] = {}  # health firings by level, shown on the progress bar
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -34,9 +35,10 @@ class ConsoleProgress(TrainerCallback):
             self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                      TextColumn("step {task.completed}/{task.total}"), TimeElapsedColumn(),
                                      TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
-                                     console=self.console)
+                                     TextColumn("{task.fields[alerts]}"), console=self.console)
             self.progress.start()
-            self.task = self.progress.add_task(self.stage, total=state.max_steps, completed=state.global_step, metrics="")
+            self.task = self.progress.add_task(self.stage, total=state.max_steps, completed=state.global_step, metrics="",
+                                               alerts=self.alert_text())
         else:
             self.console.print(f"rlft {self.stage}: training to step {state.max_steps} (from {state.global_step})")
 
@@ -52,6 +54,19 @@ class ConsoleProgress(TrainerCallback):
             self.progress.update(self.task, metrics=text)
         else:
             print(f"step {record['step']}: {text}", file=sys.stderr, flush=True)
+
+    def alert_text(self) -> str:
+        """`[critical x3, warning x1]` in the alert's colour, or '' before any health rule fired."""
+        parts = [f"[{'bold red' if level == 'critical' else 'yellow'}]{level} x{n}[/]"
+                 for level, n in sorted(self.alerts.items())]
+        return ("health: " + ", ".join(parts)) if parts else ""
+
+    def alert(self, level: str) -> None:
+        """Count a health-rule firing; the progress bar keeps showing the levels seen so far (a warning
+        that goes to health.jsonl only is otherwise invisible once the bar redraws)."""
+        self.alerts[level] = self.alerts.get(level, 0) + 1
+        if self.progress is not None:
+            self.progress.update(self.task, alerts=self.alert_text())
 
     def message(self, text: str, style: str = "") -> None:
         if self.progress is not None:

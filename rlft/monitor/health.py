@@ -84,6 +84,15 @@ def _entropy_collapse(r: dict, m) -> list[Firing]:
 
 def _all_groups_constant(r: dict, m) -> list[Firing]:
     fc = r.get("frac_constant_groups")
+    unscored = r.get("frac_unscored")
+    if isinstance(unscored, (int, float)) and unscored >= 1.0:  # constant because nothing was scored
+        errors = {k[len("rewards/"):-len("/errors")]: int(v) for k, v in r.items()
+                  if k.startswith("rewards/") and k.endswith("/errors") and isinstance(v, (int, float)) and v}
+        total = sum(errors.values())
+        detail = ", ".join(f"{name}: {n}" for name, n in errors.items())
+        return [Firing("rewards_all_failed", "warning", "frac_unscored", unscored, 1.0,
+                       f"every reward call failed: no completion got a score ({total} failure(s): {detail or 'none counted'}); "
+                       f"the first traceback of each reward is above; fix the reward function")]
     if isinstance(fc, (int, float)) and fc >= 1.0:
         return [Firing("all_groups_constant", "warning", "frac_constant_groups", fc, 1.0,
                        "every group got identical rewards: no gradient signal, so loss 0 is expected; "
@@ -168,6 +177,7 @@ class HealthMonitor(TrainerCallback):
             if write:
                 with open(self.run.health, "a") as fh:
                     fh.write(json.dumps(entry) + "\n")
+                self.console.alert(level)
                 if f.rule not in self._announced or action != "warn":  # warnings: once on the console
                     self._announced.add(f.rule)
                     style = "bold red" if level == "critical" else "yellow"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import math
 from pathlib import Path
 
@@ -77,7 +78,9 @@ class MetricsWriter(TrainerCallback):
         # every rank builds the record (logged metrics are already gathered) so health actions agree
         # across processes; only rank 0 writes files and the console
         main = state.is_world_process_zero
-        record = {"step": state.global_step, **normalise(logs, self.stage)}
+        # wall-clock time (unix seconds) and stage on every row, so runs and stages line up in time
+        record = {"step": state.global_step, "time": round(time.time(), 3), "stage": self.stage,
+                  **normalise(logs, self.stage)}
         self._carry_batch_metrics(record)
         if self.health is not None:
             self.health.inject_faults(record)

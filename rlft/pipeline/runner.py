@@ -85,7 +85,8 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         for w in warnings:
             print(f"{entry.label}: {w}", file=sys.stderr)
         again = resume and run_dir.exists() and _resumable(run_dir)
-        opts = RunOptions(resume=again, overwrite=run_dir.exists() and not again, verbose=verbose)
+        opts = RunOptions(resume=again, overwrite=run_dir.exists() and not again, verbose=verbose,
+                          resume_hint=resume_cmd)
         print(f"rlft pipeline: {entry.label}: {'resuming' if again else 'starting'} {entry.stage} in {run_dir}"
               + (f", from {previous}" if cfg.model.init_from else ""), file=sys.stderr)
         t0 = time.monotonic()

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from rlft.config.compose import Composed, Layer, _key_lines, _Loader, anchor_paths, compose, display_path
+from rlft.config.compose import Composed, Layer, _key_lines, anchor_paths, compose, display_path, read_yaml_file
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import HARDWARE, STAGES
 
@@ -78,12 +78,12 @@ class Pipeline:
         return matches[0] if len(matches) == 1 else None
 
 
-def _sub_layer(name: str, data: dict, node, drop: tuple[str, ...] = ()) -> Layer:
+def _sub_layer(name: str, data: dict, node, drop: tuple[str, ...] = (), source_dir: Path | None = None) -> Layer:
     lines: dict[str, int] = {}
     _key_lines(node, "", lines, [])
     data = {k: v for k, v in data.items() if k not in drop}
     lines = {k: v for k, v in lines.items() if k.partition(".")[0] not in drop}
-    return Layer(name, data, lines)
+    return Layer(name, data, lines, source_dir=source_dir)
 
 
 def _value_node(mapping_node, key: str):
@@ -100,14 +100,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
     shown = display_path(path)
     if not path.is_file():
         raise ConfigError([Problem("(file)", shown, f"pipeline file not found: {path}")])
-    text = path.read_text(encoding="utf-8")
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader) if node is not None else {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError([Problem("(yaml)", f"{shown}:{mark.line + 1}" if mark else shown,
-                                   f"YAML syntax error: {getattr(exc, 'problem', exc)}")]) from None
+    node, data = read_yaml_file(path, shown)  # size and alias caps, as for config files
+    data = {} if node is None else data
     if not isinstance(data, dict):
         raise ConfigError([Problem("(yaml)", shown, "a pipeline file must be a mapping with a `stages:` list")])
     problems: list[Problem] = []
@@ -126,7 +120,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
         problems.append(Problem("defaults", at("defaults"), "must be a mapping of config sections"))
         defaults = {}
     anchor_paths(defaults, base_dir)
-    pipe = Pipeline(path, str(name), out, _sub_layer(shown, defaults, _value_node(node, "defaults")))
+    pipe = Pipeline(path, str(name), out, _sub_layer(shown, defaults, _value_node(node, "defaults"), source_dir=base_dir))
     raw = data.get("stages")
     if not isinstance(raw, list) or not raw:
         problems.append(Problem("stages", at("stages"), "a pipeline needs a non-empty `stages:` list of {stage: ...} entries"))
@@ -154,7 +148,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
         anchor_paths(own, base_dir)
         entry_lines: dict[str, int] = {}
         _key_lines(item_node, "", entry_lines, [])
-        layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS})
+        layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS},
+                      source_dir=base_dir)
         model = own.get("model") if isinstance(own.get("model"), dict) else {}
         pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], str(item.get("name") or stage),
                                       layer, "init_from" in model))

@@ -42,6 +42,7 @@ __all__ = [
     "check_reward_spec",
     "module_search_dir",
     "reward_short_name",
+    "reward_columns",
 ]
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
@@ -397,3 +398,22 @@ def _check_source(path: Path, attr_path: str, spec: str, label: str) -> None:
         node = nodes[-1]
         kind = type(ast.literal_eval(node)).__name__ if isinstance(node, ast.Constant) else "literal value"
         raise RewardResolveError(f"{attr_path!r} in {label} is not callable (it is a {kind}); reward {spec!r}")
+
+
+def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
+    """Dataset columns a reward reads, known without importing user code: `kwargs.column` / `kwargs.columns`,
+    and for a built-in what it declares (`required_columns`, less the names its kwargs configure)."""
+    from rlft.rewards.columns import required_columns
+
+    cols: list[str] = []
+    if isinstance(kwargs.get("column"), str):
+        cols.append(kwargs["column"])
+    if isinstance(kwargs.get("columns"), (list, tuple)):
+        cols += [c for c in kwargs["columns"] if isinstance(c, str)]
+    fn = BUILTIN_REWARDS.get(spec)
+    if fn is not None:
+        try:
+            cols += [c for c in required_columns(fn, kwargs) if c not in kwargs]
+        except TypeError:
+            pass  # a broken declaration is reported when training resolves the reward
+    return list(dict.fromkeys(cols))

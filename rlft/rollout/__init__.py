@@ -9,10 +9,10 @@
 It sits below the trainers (a trainer may use it; it never imports a trainer or a stage).
 """
 
-from rlft.rollout.evaluate import EVAL_SEED_OFFSET, eval_prompt_set, evaluate
+from rlft.rollout.evaluate import EVAL_SEED_OFFSET, evaluate
 from rlft.rollout.log import CompletionLog, RewardLog
 from rlft.rollout.sample import Rollouts, SamplingParams, render_prompt, sample
 from rlft.rollout.score import Scores, score, score_texts
 
-__all__ = ["EVAL_SEED_OFFSET", "CompletionLog", "RewardLog", "Rollouts", "SamplingParams", "Scores", "eval_prompt_set",
-           "evaluate", "render_prompt", "sample", "score", "score_texts"]
+__all__ = ["EVAL_SEED_OFFSET", "CompletionLog", "RewardLog", "Rollouts", "SamplingParams", "Scores", "evaluate",
+           "render_prompt", "sample", "score", "score_texts"]

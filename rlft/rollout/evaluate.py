@@ -1,38 +1,17 @@
 """Fresh-sample evaluation: the mean total reward of new samples on the evaluation prompts, from the
-starting and from the final policy with the same seed (summary.json's `eval.start` / `eval.end`)."""
+starting and from the final policy with the same seed (summary.json's `eval.start` / `eval.end`). The
+evaluation rows come from `rlft.stages.prompt_data.eval_rows` (checked like the training prompts)."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 from rlft.rollout.sample import SamplingParams, sample
 from rlft.rollout.score import score
 
-__all__ = ["EVAL_SEED_OFFSET", "eval_prompt_set", "evaluate"]
+__all__ = ["EVAL_SEED_OFFSET", "evaluate"]
 
 EVAL_SEED_OFFSET = 7919  # evaluation draws from its own seed (train.seed + this), the same at the start and the end
-
-
-def eval_prompt_set(cfg, train_ds) -> tuple[list[Any], dict[str, list]] | None:
-    """(prompts, columns per prompt) of the first `data.eval_prompts` rows of data.eval, or of the
-    training prompts without it; None when data.eval_prompts is 0."""
-    k = cfg.data.eval_prompts
-    if not k:
-        return None
-    ds = train_ds
-    if cfg.data.eval:
-        from rlft.data import DataError
-        from rlft.data.load import load_table, prepare_prompt_dataset
-        from rlft.run import RunError
-
-        try:
-            ds = prepare_prompt_dataset(load_table(cfg.data.eval), cfg.data.prompt_column,
-                                        system_prompt=cfg.data.system_prompt, source="data.eval")
-        except DataError as exc:
-            raise RunError(str(exc)) from None
-    ds = ds.select(range(min(k, len(ds))))
-    return list(ds["prompt"]), {c: list(ds[c]) for c in ds.column_names if c != "prompt"}
 
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams) -> dict:
@@ -42,6 +21,7 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     rollouts = sample(model, tokenizer, prompts, n, params)
     totals = score(rollouts, suite, columns, count=False).total
     suite.metrics()  # drain: these scores are not a training step's
+    suite.pop_logs()  # nor is what the rewards printed while scoring them (reward_logs.jsonl is per step)
     scored = [t for t in totals if t is not None]
     return {"reward_mean": round(statistics.fmean(scored), 6) if scored else None, "n": len(scored),
             "prompts": len(prompts), "unscored": len(totals) - len(scored)}

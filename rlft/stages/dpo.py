@@ -52,7 +52,7 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
-    from rlft.stages.preference import load_preference_data, print_start
+    from rlft.stages.preference import apply_chat_template_setting, load_preference_data, print_start
 
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
@@ -62,9 +62,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.dpo import RlftDPOTrainer
 
         model, tokenizer = load_model_and_tokenizer(cfg)
+        (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
         ref = load_reference(cfg)  # None for `base`: TRL then uses the model with the adapter disabled
+        ctx.open_run()
         args = dpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length)
+        print_start(cfg, len(train_ds), cfg.dpo.max_length, cfg.dpo.max_prompt_length, (chat_note,))
         trainer = RlftDPOTrainer(
             model=model,
             ref_model=ref,

@@ -11,7 +11,7 @@ import sys
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-from rlft.stages.prompt_data import load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
+from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -100,6 +100,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         raise RunError(str(exc)) from None
     tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
+    evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
 
@@ -127,7 +128,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        evaluation = grpo_evaluation(cfg, dataset, tokenizer, suite)
+        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite)
         if evaluation is not None:
             # on --resume the start was measured before the first checkpoint and travels in it
             start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
@@ -140,16 +141,17 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         return code
 
 
-def grpo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
-    """`model -> {"reward_mean", ...}` on the evaluation prompts (group_size samples each, GRPO's sampling
-    settings, a fixed seed), or None when data.eval_prompts is 0."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, eval_prompt_set, evaluate
+def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):
+    """`model -> {"reward_mean", ...}` on the evaluation rows (group_size samples each, GRPO's sampling
+    settings, the shared evaluation seed), or None when there are none (data.eval_prompts 0)."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
 
-    eval_set = eval_prompt_set(cfg, dataset)
-    if eval_set is None:
+    if not rows:
         return None
     g = cfg.grpo
     params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_tokens,
                             batch_size=g.batch_size * g.group_size,  # what one generation step of training holds
                             seed=cfg.train.seed + EVAL_SEED_OFFSET)
-    return lambda model: evaluate(model, tokenizer, suite, *eval_set, g.group_size, params)
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
+    return lambda model: evaluate(model, tokenizer, suite, prompts, columns, g.group_size, params)

@@ -35,7 +35,7 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
-    from rlft.stages.preference import load_preference_data, print_start
+    from rlft.stages.preference import apply_chat_template_setting, load_preference_data, print_start
 
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
@@ -45,8 +45,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.orpo_compat import RlftORPOTrainer
 
         model, tokenizer = load_model_and_tokenizer(cfg)
+        (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
+        ctx.open_run()
         args = orpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length)
+        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length, (chat_note,))
         trainer = RlftORPOTrainer(
             model=model,
             args=args,

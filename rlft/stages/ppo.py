@@ -11,7 +11,6 @@ from rlft.config.compose import Composed
 from rlft.config.render import episodes_to_updates, ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-from rlft.stages.prompt_data import eval_rows  # noqa: F401  (shared with RS-SFT / AWR)
 
 
 def ppo_settings(cfg: RlftConfig):
@@ -44,6 +43,23 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     return TrainingArguments(**args)
 
 
+def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
+    """`policy -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling settings
+    and a fixed seed, or None when data.eval_prompts is 0."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+    from rlft.stages.prompt_data import eval_rows
+
+    rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
+    if not rows:
+        return None
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+    p = cfg.ppo
+    params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
+                            batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
+    return lambda policy: evaluate(policy, tokenizer, suite, prompts, columns, 1, params)
+
+
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import sys
 
@@ -62,7 +78,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         raise RunError(str(exc)) from None
     tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
-    evals = eval_rows(cfg, dataset, tokenizer, suite)
+    evaluation = ppo_evaluation(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from peft import get_peft_model
 
@@ -88,7 +104,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             processing_class=tokenizer,
             settings=ppo_settings(cfg),
             train_rows=dataset.to_list(),
-            eval_rows=evals,
+            evaluation=evaluation,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions),

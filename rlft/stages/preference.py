@@ -41,6 +41,25 @@ def load_preference_data(cfg: RlftConfig):
     return train, evaluation
 
 
+def apply_chat_template_setting(cfg: RlftConfig, datasets: list, tokenizer) -> tuple[list, str]:
+    """(datasets, start-line phrase): plain-text pairs become chat messages (user prompt, assistant answers)
+    when the template applies, so TRL renders them with the tokenizer's chat template."""
+    from rlft.data import DataError
+    from rlft.data.chat import decide, describe, preference_messages
+
+    has = bool(getattr(tokenizer, "chat_template", None))
+    try:
+        on = decide(cfg.data.chat_template, has, cfg.model.name_or_path)
+    except DataError as exc:
+        raise RunError(str(exc)) from None
+    kind = "text" if isinstance(datasets[0][0]["prompt"], str) else "chat"
+    if on and kind == "text":
+        system = cfg.data.system_prompt
+        datasets = [None if ds is None else ds.map(lambda row: preference_messages(row, system), desc="Chat messages")
+                    for ds in datasets]
+    return datasets, describe(cfg.data.chat_template, has, on, kind).replace("prompts", "pairs")
+
+
 def max_length(cfg: RlftConfig, stage_max_length: int) -> int:
     """Longest prompt + answer: the stage's max_length, capped by the hardware's train.max_seq_length."""
     return min(stage_max_length, cfg.train.max_seq_length)
@@ -54,11 +73,13 @@ def eval_args(cfg: RlftConfig) -> dict:
                 per_device_eval_batch_size=cfg.train.per_device_train_batch_size)
 
 
-def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_prompt_length: int) -> None:
+def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_prompt_length: int,
+                notes: tuple[str, ...] = ()) -> None:
     from rlft.config.render import schedule_summary
 
     print(schedule_summary(cfg, num_samples=num_samples), file=sys.stderr)
     limit = max_length(cfg, stage_max_length)
     capped = " (capped by train.max_seq_length)" if limit < stage_max_length else ""
+    extra = "".join(f"; {n}" for n in notes)
     print(f"rlft: {num_samples} preference pairs; max_length {limit} tokens{capped}, "
-          f"max_prompt_length {max_prompt_length} tokens", file=sys.stderr)
+          f"max_prompt_length {max_prompt_length} tokens{extra}", file=sys.stderr)

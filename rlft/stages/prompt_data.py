@@ -5,6 +5,7 @@ behind; over-long prompts are truncated or dropped (``data.too_long``) with a co
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -57,7 +58,26 @@ def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
             raise RunError(str(exc)) from None
     if key == "train" and cfg.data.max_samples:
         ds = ds.select(range(min(cfg.data.max_samples, len(ds))))
+    if "prompt_id" not in ds.column_names:  # the row of each prompt, for completions.jsonl (never a reward input)
+        ds = ds.add_column("prompt_id", list(range(len(ds))))
     return ds
+
+
+def apply_chat_template_setting(cfg: RlftConfig, ds, tokenizer):
+    """(dataset, start-line phrase): plain-text prompts become user messages when `data.chat_template`
+    applies, so the tokenizer's chat template renders them (TRL and rlft's sampler template message lists)."""
+    from rlft.data import DataError
+    from rlft.data.chat import decide, describe, prompt_messages
+
+    has = bool(getattr(tokenizer, "chat_template", None))
+    try:
+        on = decide(cfg.data.chat_template, has, cfg.model.name_or_path)
+    except DataError as exc:
+        raise RunError(str(exc)) from None
+    kind = "text" if isinstance(ds[0]["prompt"], str) else "chat"
+    if on and kind == "text":
+        ds = ds.map(lambda row: {"prompt": prompt_messages(row["prompt"])}, desc="Chat messages")
+    return ds, describe(cfg.data.chat_template, has, on, kind)
 
 
 def check_reward_columns(ds, suite, source: str = "data.train") -> None:
@@ -147,6 +167,9 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
     """Load and check the prompts of data.<key>; raises RunError (exit 2) before any run folder exists."""
     ds = load_prompt_dataset(cfg, key)
     check_reward_columns(ds, suite, f"data.{key}")
+    ds, chat_note = apply_chat_template_setting(cfg, ds, tokenizer)
+    if key == "train" and int(os.environ.get("RANK", "0")) == 0:
+        print(f"rlft: data.train: {len(ds)} prompts; {chat_note}", file=sys.stderr, flush=True)
     return fit_prompt_lengths(cfg, ds, tokenizer, f"data.{key}")
 
 

@@ -241,7 +241,7 @@ class SampledSFT:
             sig = self.ctx.interrupt.signal
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
-                          f"samples so far are in {self.log.path}. Resume with the same command plus --resume")
+                          f"samples so far are in {self.log.path}. Resume with: {self.ctx.resume_command}")
                 return 128 + int(sig), []
         return 0, round_rows
 

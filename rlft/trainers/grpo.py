@@ -79,6 +79,7 @@ class RlftGRPOTrainer(GRPOTrainer):
 
             self.reloader = RewardReloader(self.reward_suite, hooks.overrides_path)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
+        self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
         self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
         self._rlft_ref = None
@@ -299,17 +300,32 @@ class RlftGRPOTrainer(GRPOTrainer):
             return
         # sampled token counts (the report's lengths; decoded text re-tokenizes to other counts); every rank gathers
         tokens = self.accelerator.gather(out["completion_mask"].sum(dim=1)).tolist()
+        rendered = self._rendered_prompts(out)  # every rank takes part in the gather
         if not self.accelerator.is_main_process:
             return
         ids, prompts, completions = self._batch_log
         if len(completions) != total.numel():
             return
+        # the prompt exactly as the model saw it (chat template, special tokens), once per prompt id
+        shown = [None] * len(completions)
+        for i, pid in enumerate(ids[:self.completion_log.rows_to_write(len(completions))]):
+            if pid not in self._rendered_seen and i < len(rendered):
+                self._rendered_seen.add(pid)
+                shown[i] = rendered[i]
         rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
         self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
                                   advantages=adv.tolist(),
                                   extra={"completion_tokens": [int(t) for t in tokens] if len(tokens) == len(completions)
                                          else [None] * len(completions),
-                                         "reward_version": [self.reward_version] * len(completions)})
+                                         "reward_version": [self.reward_version] * len(completions),
+                                         "prompt_rendered": shown})
+
+    def _rendered_prompts(self, out) -> list[str]:
+        """The prompt of each completion decoded from the tokens the model got, over all processes."""
+        ids_BT, mask_BT = out["prompt_ids"], out["prompt_mask"].bool()
+        texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
+                 for i in range(ids_BT.size(0))]
+        return gather_object(texts) if self.accelerator.num_processes > 1 else texts
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:

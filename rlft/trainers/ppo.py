@@ -75,12 +75,13 @@ class PPOSettings:
 
 class RlftPPOTrainer(Trainer):
     def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
-                 train_rows: list[dict], eval_rows: list[dict], reward_suite, callbacks=None,
+                 train_rows: list[dict], reward_suite, evaluation=None, callbacks=None,
                  completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
                  ref_model=None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
-        self.train_rows, self.eval_rows = train_rows, eval_rows
+        self.train_rows = train_rows
+        self.evaluation = evaluation  # policy -> {"reward_mean", "n", ...} on the evaluation prompts, or None
         self.reward_suite = reward_suite
         self.completion_log = CompletionLog(completions_path, log_completions)
         self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
@@ -294,21 +295,9 @@ class RlftPPOTrainer(Trainer):
         return float(t.mean())
 
     # --- evaluation ----------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate_reward(self) -> dict | None:
-        """Mean total reward of one fresh sample per evaluation prompt, with a fixed seed and the
-        training RNG left untouched (so evaluating never changes what training samples)."""
-        if not self.eval_rows:
-            return None
-        rows = self.eval_rows
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.settings.seed + 7919)
-            batch = self._sample(rows)
-        _, totals = self._score(rows, batch["rollouts"], count=False)
-        self.reward_suite.metrics()  # evaluation scores stay out of the training window
-        valid = totals[~torch.isnan(totals)]
-        return {"reward_mean": round(float(valid.mean()), 6) if valid.numel() else None, "n": int(valid.numel()),
-                "prompts": len(rows)}
+        """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched)."""
+        return None if self.evaluation is None else self.evaluation(self.policy)
 
     def _write_completions(self, batch: dict) -> None:
         if not self.accelerator.is_main_process:
@@ -354,7 +343,7 @@ class RlftPPOTrainer(Trainer):
             last = self.state.global_step == s.num_updates
             if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
                 self.log(metrics)
-            if self.state.global_step % s.eval_every == 0 and not last and self.eval_rows:
+            if self.state.global_step % s.eval_every == 0 and not last and self.evaluation is not None:
                 self.log({"eval_reward": self.evaluate_reward()["reward_mean"]})
             if self.state.global_step % s.save_every == 0 or self.control.should_save:
                 self._save_checkpoint(self.model, trial=None)
@@ -362,7 +351,7 @@ class RlftPPOTrainer(Trainer):
                 self.control.should_save = False
             if self.control.should_training_stop:
                 break
-        if self.state.global_step >= s.num_updates and self.eval_rows:
+        if self.state.global_step >= s.num_updates and self.evaluation is not None:
             self.eval_out["end"] = self.evaluate_reward()
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.state
