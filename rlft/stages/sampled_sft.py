@@ -242,7 +242,7 @@ class SampledSFT:
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
                           f"samples so far are in {self.log.path}. Resume with: {self.ctx.resume_command}")
-                return 128 + int(sig), []
+                return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
         return 0, round_rows
 
     def _log_completions(self, r: int, decided: list[dict], step: int) -> None:
