@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import ROOT, read_jsonl, run_cli
 from rlft.config import ConfigError
@@ -58,10 +59,11 @@ def test_layers_defaults_files_entry_overrides(tmp_path):
     checked = check_pipeline(pipe, ["train.seed=7", "stages.prefs.train.max_steps=9", "stages.3.grpo.group_size=4"], "cpu")
     cfgs = {e.index: (cfg, composed) for e, cfg, composed, _ in checked}
     # the example files set learning rates, so they win over `defaults`; the entry wins over its files
-    assert cfgs[1][0].train.learning_rate == 5e-3 and cfgs[2][0].train.learning_rate == 5e-5
+    orpo_demo = yaml.safe_load((EXAMPLES / "orpo_demo.yaml").read_text())["train"]
+    assert cfgs[1][0].train.learning_rate == orpo_demo["learning_rate"] and cfgs[2][0].train.learning_rate == 5e-5
     assert cfgs[2][1].layer_of("train.learning_rate") == f"{tmp_path / 'pipe.yaml'}:17"
     assert [cfgs[i][0].train.seed for i in (1, 2, 3)] == [7, 7, 7]
-    assert cfgs[2][0].train.max_steps == 9 and cfgs[1][0].train.max_steps == 30  # orpo_demo.yaml sets 30
+    assert cfgs[2][0].train.max_steps == 9 and cfgs[1][0].train.max_steps == orpo_demo["max_steps"]
     assert cfgs[3][0].grpo.group_size == 4
     assert cfgs[3][0].train.output_dir == str(Path("runs/three/03-grpo"))
     assert cfgs[3][0].model.init_from is None  # stage 2 has not run yet: set at run time

@@ -133,6 +133,7 @@ class SampledSFT:
                                             max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
+        self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
         rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
@@ -172,6 +173,7 @@ class SampledSFT:
                 metrics = self.decide(decided, self.section, r)[1]
                 self._say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
             else:
+                self._step = steps  # reward_logs.jsonl rows of this round's sampling carry the step it starts at
                 code, rows = self._sample_round(r, model, prompts, columns)
                 if code:
                     return code
@@ -222,6 +224,12 @@ class SampledSFT:
             rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
                               prompt_ids=idx)
             scores = score(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()})
+            logs = self.suite.pop_logs()
+            if self.ctx.rank == 0 and self.cfg.monitor.reward_logs:
+                from rlft.rollout import RewardLog
+
+                RewardLog(self.ctx.run.root / "reward_logs.jsonl").write(getattr(self, "_step", 0),
+                                                                         [{**x, "round": r} for x in logs])
             rows = []
             for b in range(len(rollouts)):
                 p = rollouts.prompt_index[b]
