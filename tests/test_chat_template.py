@@ -62,7 +62,7 @@ def test_grpo_plain_prompts_go_through_the_template(tmp_path):
     assert "chat template applied to plain-text prompts (auto: the tokenizer has one)" in res.stderr
     rows = read_jsonl(out / "completions.jsonl")
     assert len(rows) == 2 * 2 * 2  # 2 steps x 2 prompts x 2 completions
-    rendered = [r for r in rows if "prompt_rendered" in r]
+    rendered = [r for r in rows if r.get("prompt_rendered")]
     assert len(rendered) == len({r["prompt_id"] for r in rows})  # once per prompt id
     for r in rendered:
         assert r["prompt_rendered"] == f"<|im_start|>user\n{r['prompt']}<|im_end|>\n<|im_start|>assistant\n"
@@ -76,7 +76,7 @@ def test_grpo_never_keeps_raw_text(tmp_path):
                   "data.chat_template=never")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "plain-text prompts used as they are, no chat template (never)" in res.stderr
-    rendered = [r for r in read_jsonl(out / "completions.jsonl") if "prompt_rendered" in r]
+    rendered = [r for r in read_jsonl(out / "completions.jsonl") if r.get("prompt_rendered")]
     assert rendered and all(r["prompt_rendered"] == r["prompt"] for r in rendered)
 
 

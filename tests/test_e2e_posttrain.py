@@ -89,3 +89,19 @@ def test_export_merged_and_adapter(run, tmp_path):
     ids = torch.tensor([[1, 5, 9, 42, 7]])
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_eval_checks_reward_columns_and_prompt_length(run, tmp_path):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"prompt": "Repeat the letter z:", "target": "z"}) + "\n"
+                    + json.dumps({"prompt": "x " * 50_000 + "Repeat z:", "target": "z"}) + "\n")
+    res = run_cli("eval", run, "--data", data, "-n", "1", "-o", tmp_path / "e.jsonl", "train.max_seq_length=64")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "1 prompt(s) longer than 48 tokens" in res.stderr and "2 prompts x 1 = 2 completions" in res.stdout
+    res = run_cli("eval", run, "--data", data, "-n", "1", "-o", tmp_path / "e.jsonl", "train.max_seq_length=64",
+                  "data.too_long=error")
+    assert res.returncode == 2 and "longer than 48 tokens" in res.stderr and "Traceback" not in res.stderr
+    nocol = tmp_path / "nocol.jsonl"
+    nocol.write_text(json.dumps({"prompt": "Repeat the letter z:"}) + "\n")
+    res = run_cli("eval", run, "--data", nocol, "-n", "1", "-o", tmp_path / "e.jsonl")
+    assert res.returncode == 2 and "reads column 'target'" in res.stderr and "Traceback" not in res.stderr

@@ -47,6 +47,7 @@ def test_example_trains_two_steps(tmp_path, path):
         small += ["ppo.num_episodes=8", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.ppo_epochs=1", "ppo.max_tokens=8"]
     else:  # rs_sft, awr: one round on 4 prompts
         small += [f"{stage}.rounds=1", f"{stage}.num_samples_per_prompt=2", f"{stage}.max_tokens=8", "data.max_samples=4",
+                  *(["rs_sft.reward_threshold=-1"] if stage == "rs_sft" else []),  # keep samples of an untrained model
                   "data.eval_prompts=2"]
     res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", path, f"train.output_dir={out}", "model.name_or_path=tiny",
                   "train.max_steps=2", *small, *data)

@@ -126,7 +126,7 @@ def test_grpo_dpo_orpo_on_smollm2(tmp_path, smollm2):
         assert [r["step"] for r in rows] == [1, 2], stage
         adapter = json.loads((out / "final" / "adapter_config.json").read_text())
         assert adapter["base_model_name_or_path"] == str(smollm2)
-    rendered = [r for r in read_jsonl(tmp_path / "grpo" / "completions.jsonl") if "prompt_rendered" in r]
+    rendered = [r for r in read_jsonl(tmp_path / "grpo" / "completions.jsonl") if r.get("prompt_rendered")]
     assert rendered and all("<|im_start|>user" in r["prompt_rendered"] for r in rendered)
 
     start = time.monotonic()

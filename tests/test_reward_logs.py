@@ -9,6 +9,8 @@ import logging
 import sys
 import threading
 
+import pytest
+
 from rlft.rewards.capture import capture_output
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import RewardLog
@@ -83,3 +85,21 @@ def test_suite_rows_and_writer(tmp_path):
     assert [w["step"] for w in written] == [7, 7, 7] and written[0]["calls"] == 1
     assert len(written[2]["output"]) < 20100 and "more characters" in written[2]["output"]
     assert RewardLog(None).write(1, rows) == 0
+
+
+@pytest.mark.e2e
+def test_rs_sft_sampling_writes_reward_logs(tmp_path):
+    from conftest import ROOT, read_jsonl, run_cli
+
+    cfg = tmp_path / "chatty.yaml"
+    cfg.write_text(f"rewards:\n  - fn: char_fraction\n  - fn: {ROOT / 'tests/fixtures/chatty_reward.py'}:chatty\n"
+                   "    weight: 0.0\n")
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml", "-c", cfg,
+                  f"train.output_dir={out}", "rs_sft.rounds=1", "data.eval_prompts=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "chatty call" not in res.stdout + res.stderr
+    rows = [r for r in read_jsonl(out / "reward_logs.jsonl") if r["reward"] == "chatty"]
+    assert rows and all(r["round"] == 1 and r["step"] == 0 and r["calls"] == 1 for r in rows)
+    assert rows[0]["output"].startswith("chatty call 1: scoring")
+    assert "ValueError: chatty fails on call 3" in rows[2]["error"] and rows[2]["errors"] > 0

@@ -30,8 +30,8 @@ def prompt_budget(cfg: RlftConfig) -> int:
 
 
 def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
-    """The prompt table of data.<key> (`prompt` column plus the data's other columns), every prompt checked;
-    data.max_samples caps the training rows."""
+    """The prompt table of data.<key> (`prompt` column plus the data's other columns, and `prompt_id`: the row
+    number unless the data has its own), every prompt checked; data.max_samples caps the training rows."""
     from datasets import Dataset
 
     from rlft.data import DataError

@@ -133,6 +133,7 @@ class SampledSFT:
                                             max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
         except (RewardResolveError, ValueError) as exc:
             raise RunError(str(exc)) from None
+        self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
         rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
@@ -172,10 +173,11 @@ class SampledSFT:
                 metrics = self.decide(decided, self.section, r)[1]
                 self._say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
             else:
-                code = self._sample_round(r, model, prompts, columns)
+                self._step = steps  # reward_logs.jsonl rows of this round's sampling carry the step it starts at
+                code, rows = self._sample_round(r, model, prompts, columns)
                 if code:
                     return code
-                decided, metrics = self.decide(self.log.round_rows(r), self.section, r)
+                decided, metrics = self.decide(rows, self.section, r)
                 if ctx.rank == 0:
                     self.log.decide(r, decided)
                     self._log_completions(r, decided, steps)
@@ -205,11 +207,14 @@ class SampledSFT:
         s = self.section
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens, seed=seed)
 
-    def _sample_round(self, r: int, model, prompts: list, columns: dict) -> int:
-        """Sample and score the round's prompts not yet in samples.jsonl; 0, or the exit code of an interrupt."""
+    def _sample_round(self, r: int, model, prompts: list, columns: dict) -> tuple[int, list[dict]]:
+        """Sample and score the round's prompts not yet in samples.jsonl: (0, the round's rows), or (the exit
+        code of an interrupt, []). The rows come from memory, not from the file only rank 0 writes, so every
+        process decides on the same rows (the seeds make them the same whichever process drew them)."""
         from rlft.rollout import sample, score
 
         done = self.log.start_round(r) if self.ctx.rank == 0 else self.log.prompts_done(r)
+        round_rows = [x for x in self.log.round_rows(r) if x["prompt_id"] < done]
         if done:
             self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
         per_call = max(1, self.section.generation_batch_size // self.n)
@@ -219,6 +224,12 @@ class SampledSFT:
             rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
                               prompt_ids=idx)
             scores = score(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()})
+            logs = self.suite.pop_logs()
+            if self.ctx.rank == 0 and self.cfg.monitor.reward_logs:
+                from rlft.rollout import RewardLog
+
+                RewardLog(self.ctx.run.root / "reward_logs.jsonl").write(getattr(self, "_step", 0),
+                                                                         [{**x, "round": r} for x in logs])
             rows = []
             for b in range(len(rollouts)):
                 p = rollouts.prompt_index[b]
@@ -226,6 +237,7 @@ class SampledSFT:
                              "completion": rollouts.completions[b],
                              "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
                              "finished": rollouts.finished[b] if rollouts.finished else None})
+            round_rows += rows
             if self.ctx.rank == 0:
                 self.log.append(rows)
             fault = os.environ.pop(FAULT_SIGTERM_AFTER_PROMPTS, None)
@@ -238,8 +250,8 @@ class SampledSFT:
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
                           f"samples so far are in {self.log.path}. Resume with: {self.ctx.resume_command}")
-                return 128 + int(sig)
-        return 0
+                return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
+        return 0, round_rows
 
     def _log_completions(self, r: int, decided: list[dict], step: int) -> None:
         from rlft.data.messages import as_text

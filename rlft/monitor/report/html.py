@@ -205,7 +205,7 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") ->
     names = ", ".join(r.name for r in runs)
     no_logs = [r.name for r in runs if not r.reward_logs]
     logs_note = (f"<p class=note>No reward logs captured for {_e(', '.join(no_logs))}: reward_logs.jsonl is written "
-                 "by GRPO runs while monitor.reward_logs is on (the default), one row per step and reward "
+                 "by GRPO, RS-SFT and AWR runs while monitor.reward_logs is on (the default), one row per step and reward "
                  "function.</p>" if no_logs else "")
     version_note = ""
     changes = [(r.name, version_changes(r.metrics)) for r in runs if version_changes(r.metrics)]
