@@ -223,12 +223,9 @@ def aside_path(root: Path) -> Path:
     return root.with_name(root.name + ".old")
 
 
-def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
-    """The run folder's preconditions (--resume needs one, a new run needs none or --overwrite, the place is
-    writable), checked without creating anything: called before the model and data load, so a run that
-    fails while loading leaves nothing behind. `prepare_run_dir` creates the folder afterwards."""
-    if opts.resume and opts.overwrite:
-        raise RunError("--resume and --overwrite contradict each other; pick one")
+def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
+    """The run folder this run uses (the newest matching run for a bare --resume, else a new timestamped
+    one when train.output_dir is unset), checked to be writable; sets train.output_dir."""
     if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
         cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
         print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
@@ -237,6 +234,16 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
         cfg.train.output_dir = default_output_dir(cfg.stage)
     run = RunDir(Path(cfg.train.output_dir))
     check_writable(run.root)
+    return run
+
+
+def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
+    """The run folder's preconditions (--resume needs one, a new run needs none or --overwrite, the place is
+    writable), checked without creating anything: called before the model and data load, so a run that
+    fails while loading leaves nothing behind. `prepare_run_dir` creates the folder afterwards."""
+    if opts.resume and opts.overwrite:
+        raise RunError("--resume and --overwrite contradict each other; pick one")
+    run = _run_dir_for(cfg, opts)
     if os.environ.get("RLFT_LAUNCHED"):
         return run
     exists = run.root.exists() and any(run.root.iterdir())
@@ -251,14 +258,7 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
 
 def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
     """Create (or reopen for --resume) the run folder, lock it and write config.yaml before training starts."""
-    if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
-        cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
-        print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
-              file=sys.stderr)
-    if cfg.train.output_dir is None:
-        cfg.train.output_dir = default_output_dir(cfg.stage)
-    run = RunDir(Path(cfg.train.output_dir))
-    check_writable(run.root)
+    run = _run_dir_for(cfg, opts)
     if os.environ.get("RLFT_LAUNCHED"):  # the launching process already checked, created and locked it
         run.root.mkdir(parents=True, exist_ok=True)
         run.checkpoints.mkdir(exist_ok=True)

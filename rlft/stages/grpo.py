@@ -11,7 +11,7 @@ import sys
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
-from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data  # noqa: F401 - re-exported
+from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -94,14 +94,9 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
     grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
     from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
-    from rlft.rewards import RewardResolveError, build_reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
-    try:
-        suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
-                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-    except (RewardResolveError, ValueError) as exc:
-        raise RunError(str(exc)) from None
+    suite = reward_suite(cfg, composed)
     tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder

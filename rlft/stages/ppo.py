@@ -114,17 +114,12 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
-    from rlft.rewards import RewardResolveError, build_reward_suite
-    from rlft.stages.prompt_data import prepare_prompt_data
+    from rlft.stages.prompt_data import prepare_prompt_data, reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
     suite = None  # with an environment the env's step rewards are the rewards
     if not cfg.env.name or cfg.rewards:
-        try:
-            suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
-                                       max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
+        suite = reward_suite(cfg, composed)
     tokenizer = load_policy_tokenizer(cfg)
     env_factory = env_guard = evaluation = None
     train_rows = evals = []

@@ -181,3 +181,15 @@ def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
         return []
     ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
     return ds.select(range(min(k, len(ds)))).to_list()
+
+
+def reward_suite(cfg: RlftConfig, composed):
+    """The configured reward functions, resolved next to the config file that named them; a bad one is a
+    RunError (exit 2) raised before the run folder exists."""
+    from rlft.rewards import RewardResolveError, build_reward_suite
+
+    try:
+        return build_reward_suite([vars(r) for r in cfg.rewards], config_dir=composed.dir_of("rewards"),
+                                  max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(str(exc)) from None

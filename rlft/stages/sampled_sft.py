@@ -124,15 +124,10 @@ class SampledSFT:
     def _prepare_inputs(self) -> None:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
         from rlft.models.loading import load_policy_tokenizer
-        from rlft.rewards import RewardResolveError, build_reward_suite
-        from rlft.stages.prompt_data import eval_rows, prepare_prompt_data
+        from rlft.stages.prompt_data import eval_rows, prepare_prompt_data, reward_suite
 
         cfg = self.cfg
-        try:
-            self.suite = build_reward_suite([vars(r) for r in cfg.rewards], config_dir=self.composed.dir_of("rewards"),
-                                            max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
-        except (RewardResolveError, ValueError) as exc:
-            raise RunError(str(exc)) from None
+        self.suite = reward_suite(cfg, self.composed)
         self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
