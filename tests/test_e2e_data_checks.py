@@ -53,10 +53,15 @@ def test_non_string_prompts_are_refused_before_the_run_folder(tmp_path):
 
 def test_missing_reward_columns_are_refused_before_the_run_folder(tmp_path):
     data = _data(tmp_path, [{"prompt": "Repeat the letter z:", "targt": "z"}])
+    # a built-in's column (from its kwargs) is already a validate-config error
     res, out = _train(tmp_path, data, "train.max_steps=1",
                       "rewards=[{fn: char_fraction}, {fn: 'tests/fixtures/column_reward.py:by_difficulty'}]")
     assert res.returncode == 2, res.stderr[-3000:]
-    assert "reward 'char_fraction' reads column 'target'" in res.stderr and "did you mean 'targt'?" in res.stderr
+    assert "reward `char_fraction` reads column `target`" in res.stderr and "did you mean `targt`?" in res.stderr
+    assert not out.exists() and "Traceback" not in res.stderr
+    # a user function's declared columns (its code is not run by validate-config) are checked before the run folder
+    res, out = _train(tmp_path, data, "train.max_steps=1", "rewards=[{fn: 'tests/fixtures/column_reward.py:by_difficulty'}]")
+    assert res.returncode == 2, res.stderr[-3000:]
     assert "reward 'by_difficulty' reads column 'difficulty'" in res.stderr
     assert not out.exists() and "Traceback" not in res.stderr
 
@@ -79,7 +84,7 @@ def test_other_sampling_stages_check_prompt_length_and_reward_columns_first(tmp_
     assert f"minus {stage}.max_tokens 16" in res.stderr and "row 1" in res.stderr and not out.exists()
     res = run_cli(*common[:-3], "rewards=[{fn: exact_match}]", f"{stage}.max_tokens=16")
     assert res.returncode == 2, res.stderr[-3000:]
-    assert "reward 'exact_match' reads column 'answer'" in res.stderr and not out.exists()
+    assert "reward `exact_match` reads column `answer`" in res.stderr and not out.exists()
 
 
 @pytest.mark.parametrize("stage", ["rs_sft", "ppo"])
