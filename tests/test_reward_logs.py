@@ -103,3 +103,21 @@ def test_rs_sft_sampling_writes_reward_logs(tmp_path):
     assert rows and all(r["round"] == 1 and r["step"] == 0 and r["calls"] == 1 for r in rows)
     assert rows[0]["output"].startswith("chatty call 1: scoring")
     assert "ValueError: chatty fails on call 3" in rows[2]["error"] and rows[2]["errors"] > 0
+
+
+@pytest.mark.e2e
+def test_ppo_writes_reward_logs_per_update(tmp_path):
+    from conftest import ROOT, read_jsonl, run_cli
+
+    cfg = tmp_path / "chatty.yaml"
+    cfg.write_text(f"rewards:\n  - fn: char_fraction\n  - fn: {ROOT / 'tests/fixtures/chatty_reward.py'}:chatty\n"
+                   "    weight: 0.0\n")
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", "configs/examples/ppo_demo.yaml", "-c", cfg,
+                  f"train.output_dir={out}", "ppo.num_episodes=48", "data.eval_prompts=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "chatty call" not in res.stdout + res.stderr
+    rows = [r for r in read_jsonl(out / "reward_logs.jsonl") if r["reward"] == "chatty"]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # one row per update (16 episodes each)
+    assert rows[0]["output"].startswith("chatty call 1: scoring")
+    assert "ValueError: chatty fails on call 3" in rows[2]["error"]

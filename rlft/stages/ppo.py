@@ -160,6 +160,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             callbacks=ctx.callbacks(),
             completions_path=str(ctx.run.completions),
+            reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs and suite else None,
             log_completions=cfg.monitor.log_completions,
             eval_out=ctx.eval,
             ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,

@@ -33,7 +33,7 @@ from rlft.algos import (
     masked_mean, masked_whiten, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
-from rlft.rollout import CompletionLog, SamplingParams, sample, score
+from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 
 @dataclass
@@ -84,13 +84,17 @@ class RlftPPOTrainer(Trainer):
     def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None,
                  completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
-                 ref_model=None, env_factory=None, env_guard=None, episode_eval_rows: list[dict] | None = None):
+                 ref_model=None, env_factory=None, env_guard=None, episode_eval_rows: list[dict] | None = None,
+                 reward_logs_path: str | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
         self.train_rows = train_rows
         self.evaluation = evaluation  # policy -> {"reward_mean", "n", ...} on the evaluation prompts, or None
         self.reward_suite = reward_suite
         self.completion_log = CompletionLog(completions_path, log_completions)
+        self.reward_log = RewardLog(reward_logs_path)  # what the rewards printed, per update and function
+        if reward_suite is not None:
+            reward_suite.capture_logs(reward_logs_path is not None)
         self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
         self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
@@ -258,6 +262,9 @@ class RlftPPOTrainer(Trainer):
         else:
             batch["scores"], scores_B = self._score(rows, batch["rollouts"])
             reward_metrics = self.reward_suite.metrics()
+            logs = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
+            if self.accelerator.is_main_process:
+                self.reward_log.write(update + 1, logs)
         mask = batch["mask"]
         logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
         ref = self._reference_logps(batch) if s.init_kl_coef > 0 or self.ref_model is not None else None
