@@ -84,6 +84,13 @@ def test_export_merged_and_adapter(run, tmp_path):
 
     # the merged model computes what the adapter on its base computes
     base_path = json.loads((run / "final" / "adapter_config.json").read_text())["base_model_name_or_path"]
+    if base_path == "tiny":  # rlft's built-in model, named as the user gave it: rebuild it as the run did
+        import yaml
+
+        from rlft.tiny import ensure_tiny_model
+
+        std = yaml.safe_load((run / "config.yaml").read_text())["model"]["tiny_init_std"]
+        base_path = str(ensure_tiny_model(init_std=std))
     peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(run / "final")).eval()
     merged = AutoModelForCausalLM.from_pretrained(str(merged_dir)).eval()
     ids = torch.tensor([[1, 5, 9, 42, 7]])
