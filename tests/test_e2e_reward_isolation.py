@@ -11,13 +11,14 @@ from conftest import ROOT, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/grpo_demo.yaml"
+NO_EVAL = "data.eval_prompts=0"  # the fixture counts its calls: no eval.start / eval.end scoring in between
 FIXTURE = "tests/fixtures/misbehaving_reward.py:misbehave"
 
 
 @pytest.mark.parametrize("mode", ["exit", "keyboard"])
 def test_reward_calling_sys_exit_or_raising_keyboard_interrupt_is_a_counted_failure(tmp_path, mode):
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=4",
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=4", NO_EVAL,
                   f"rewards=[{{fn: char_fraction}}, {{fn: '{FIXTURE}', kwargs: {{mode: {mode}}}}}]",
                   "monitor.max_reward_failure_fraction=1.0")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -29,7 +30,7 @@ def test_reward_calling_sys_exit_or_raising_keyboard_interrupt_is_a_counted_fail
 
 def test_hung_reward_times_out_and_training_goes_on(tmp_path):
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=3",
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=3", NO_EVAL,
                   f"rewards=[{{fn: char_fraction}}, {{fn: '{FIXTURE}', timeout_s: 1, kwargs: {{mode: hang}}}}]",
                   "monitor.max_reward_failure_fraction=1.0")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -41,7 +42,7 @@ def test_hung_reward_times_out_and_training_goes_on(tmp_path):
 def test_ctrl_c_checkpoints_within_seconds_while_a_reward_hangs(tmp_path):
     out, marker = tmp_path / "run", tmp_path / "hanging"
     cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
-           f"train.output_dir={out}", "train.max_steps=20",
+           f"train.output_dir={out}", "train.max_steps=20", NO_EVAL,
            f"rewards=[{{fn: char_fraction}}, {{fn: '{FIXTURE}', timeout_s: 600, kwargs: {{mode: hang, every: 3, "
            f"marker: '{marker}'}}}}]"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
