@@ -71,6 +71,27 @@ class RunLock:
         except (OSError, ValueError):
             return None
 
+    def _busy(self) -> RunError:
+        return RunError(f"run folder {self.path.parent} is in use by another rlft run ({describe_holder(self._read())}, "
+                        f"lock file {self.path}); wait for it to finish or stop it, or use another train.output_dir")
+
+    def check_free(self) -> None:
+        """RunError naming the holder when a live run holds the lock; takes nothing (a probe before loading)."""
+        import fcntl
+
+        if not self.path.is_file():
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise self._busy() from None
+        finally:
+            os.close(fd)  # closing drops a lock this probe took
+
     def acquire(self) -> "RunLock":
         import fcntl
 
@@ -80,10 +101,7 @@ class RunLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
-                holder = self._read()
-                raise RunError(f"run folder {self.path.parent} is in use by another rlft run ({describe_holder(holder)}, "
-                               f"lock file {self.path}); wait for it to finish or stop it, or use another "
-                               f"train.output_dir") from None
+                raise self._busy() from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:
@@ -247,6 +265,8 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
     if os.environ.get("RLFT_LAUNCHED"):
         return run
     exists = run.root.exists() and any(run.root.iterdir())
+    if exists:
+        RunLock(run.root).check_free()  # a live run there: say so first, whatever the flags
     if opts.resume and not exists:
         raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
                        f"(drop --resume to start a new run)")
