@@ -87,37 +87,31 @@ def test_suite_rows_and_writer(tmp_path):
     assert RewardLog(None).write(1, rows) == 0
 
 
-@pytest.mark.e2e
-def test_rs_sft_sampling_writes_reward_logs(tmp_path):
+def _chatty_rows(tmp_path, stage, *overrides):
+    """Train `stage`'s demo with the chatty reward added at weight 0; its reward_logs.jsonl rows."""
     from conftest import ROOT, read_jsonl, run_cli
 
     cfg = tmp_path / "chatty.yaml"
     cfg.write_text(f"rewards:\n  - fn: char_fraction\n  - fn: {ROOT / 'tests/fixtures/chatty_reward.py'}:chatty\n"
                    "    weight: 0.0\n")
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml", "-c", cfg,
-                  f"train.output_dir={out}", "rs_sft.rounds=1", "data.eval_prompts=0")
+    res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", f"configs/examples/{stage}_demo.yaml", "-c", cfg,
+                  f"train.output_dir={out}", "data.eval_prompts=0", *overrides)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "chatty call" not in res.stdout + res.stderr
+    assert "chatty call" not in res.stdout + res.stderr  # captured, not printed
     rows = [r for r in read_jsonl(out / "reward_logs.jsonl") if r["reward"] == "chatty"]
-    assert rows and all(r["round"] == 1 and r["step"] == 0 and r["calls"] == 1 for r in rows)
     assert rows[0]["output"].startswith("chatty call 1: scoring")
     assert "ValueError: chatty fails on call 3" in rows[2]["error"] and rows[2]["errors"] > 0
+    return rows
+
+
+@pytest.mark.e2e
+def test_rs_sft_sampling_writes_reward_logs(tmp_path):
+    rows = _chatty_rows(tmp_path, "rs_sft", "rs_sft.rounds=1")
+    assert all(r["round"] == 1 and r["step"] == 0 and r["calls"] == 1 for r in rows)
 
 
 @pytest.mark.e2e
 def test_ppo_writes_reward_logs_per_update(tmp_path):
-    from conftest import ROOT, read_jsonl, run_cli
-
-    cfg = tmp_path / "chatty.yaml"
-    cfg.write_text(f"rewards:\n  - fn: char_fraction\n  - fn: {ROOT / 'tests/fixtures/chatty_reward.py'}:chatty\n"
-                   "    weight: 0.0\n")
-    out = tmp_path / "run"
-    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", "configs/examples/ppo_demo.yaml", "-c", cfg,
-                  f"train.output_dir={out}", "ppo.num_episodes=48", "data.eval_prompts=0")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "chatty call" not in res.stdout + res.stderr
-    rows = [r for r in read_jsonl(out / "reward_logs.jsonl") if r["reward"] == "chatty"]
+    rows = _chatty_rows(tmp_path, "ppo", "ppo.num_episodes=48")
     assert [r["step"] for r in rows] == [1, 2, 3]  # one row per update (16 episodes each)
-    assert rows[0]["output"].startswith("chatty call 1: scoring")
-    assert "ValueError: chatty fails on call 3" in rows[2]["error"]
