@@ -287,7 +287,7 @@ def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
     spec = _get(c.data, "env.name")
     if not isinstance(spec, str):
         return
-    from rlft.envs.registry import check_env_spec
+    from rlft.config.env_spec import check_env_spec
     from rlft.rewards.registry import module_search_dir
 
     msg = check_env_spec(spec, module_search_dir(spec, c.dir_of("env")) or c.dir_of("env"))

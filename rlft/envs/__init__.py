@@ -15,7 +15,7 @@ Before `reset` the episode loop sets `env.max_episode_length` (the turn cap), so
 last allowed turn. One instance serves one episode at a time. Faults (an exception, a `step` past
 `env.step_timeout_s`, a malformed return) end that episode with `env.failure_reward` and are counted.
 
-This package imports no torch: `validate-config` checks `env.name` through `rlft.envs.registry`.
+This package imports no torch: `validate-config` checks `env.name` through `rlft.config.env_spec` (no user code runs).
 """
 
 from rlft.envs.registry import BUILTIN_ENVS, EnvResolveError, check_env_spec, resolve_env_class

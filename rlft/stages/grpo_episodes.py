@@ -46,30 +46,21 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
-    from rlft.stages.ppo import env_setup
+    from rlft.models.loading import load_policy_tokenizer
+    from rlft.stages.ppo import env_setup, policy_with_value_head
 
     tokenizer = load_policy_tokenizer(cfg)
     env_factory, guard, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
     s = settings(cfg, len(train_rows))
     with RunContext(cfg, composed, opts) as ctx:
-        from peft import get_peft_model
         from transformers import TrainingArguments
 
         from rlft.models.hardware import common_training_args
-        from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
         from rlft.trainers.grpo_episodes import RlftEpisodeGRPOTrainer
 
         guard.should_abort = lambda: ctx.interrupt.signal is not None
-        model = load_policy(cfg)
-        if cfg.train.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        peft_cfg = lora_config(cfg, model)
-        policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
-        wrapped = PolicyWithValueHead(policy, hidden_size_of(model))  # the loop's model; the head stays untrained
-        ref = load_reference(cfg) if cfg.grpo.kl_penalty_coef > 0 else None
-        if ref is None and not hasattr(policy, "disable_adapter") and cfg.grpo.kl_penalty_coef > 0:
-            ref = load_policy(cfg).eval().requires_grad_(False)
+        # the loop's model; its value head stays untrained here
+        wrapped, ref = policy_with_value_head(cfg, cfg.grpo.kl_penalty_coef)
         args = common_training_args(cfg, str(ctx.run.checkpoints))
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:

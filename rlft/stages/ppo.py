@@ -107,13 +107,34 @@ def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
     return lambda policy: evaluate(policy, tokenizer, suite, prompts, columns, 1, params)
 
 
+def policy_with_value_head(cfg: RlftConfig, kl_coef: float):
+    """(the policy with LoRA and a value head on its last hidden state, the frozen KL reference or None when
+    the adapter-disabled policy is it)."""
+    from peft import get_peft_model
+
+    from rlft.models.loading import load_policy, load_reference, lora_config
+    from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
+
+    model = load_policy(cfg)
+    if cfg.train.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    peft_cfg = lora_config(cfg, model)
+    policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
+    wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
+    ref = load_reference(cfg) if kl_coef > 0 else None
+    if ref is None and not hasattr(policy, "disable_adapter") and kl_coef > 0:
+        # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
+        ref = load_policy(cfg).eval().requires_grad_(False)
+    return wrapped, ref
+
+
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     import sys
 
     from rlft.runtime import RunContext, quiet_libraries
 
     quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
+    from rlft.models.loading import load_policy_tokenizer
     from rlft.stages.prompt_data import prepare_prompt_data, reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
@@ -129,25 +150,13 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         dataset = prepare_prompt_data(cfg, tokenizer, suite)
         train_rows, evaluation = dataset.to_list(), ppo_evaluation(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
-        from peft import get_peft_model
-
-        from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
         from rlft.trainers.ppo import RlftPPOTrainer
 
         if suite is not None:
             suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         if env_guard is not None:
             env_guard.should_abort = lambda: ctx.interrupt.signal is not None
-        model = load_policy(cfg)
-        if cfg.train.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        peft_cfg = lora_config(cfg, model)
-        policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
-        wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
-        ref = load_reference(cfg) if cfg.ppo.init_kl_coef > 0 else None
-        if ref is None and not hasattr(policy, "disable_adapter") and cfg.ppo.init_kl_coef > 0:
-            # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
-            ref = load_policy(cfg).eval().requires_grad_(False)
+        wrapped, ref = policy_with_value_head(cfg, cfg.ppo.init_kl_coef)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         trainer = RlftPPOTrainer(
