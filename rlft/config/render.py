@@ -4,13 +4,12 @@ learning-rate schedule arithmetic a user should see before training starts."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
 from rlft.config.compose import Composed
-from rlft.config.schema import RlftConfig
+from rlft.config.schema import RlftConfig, to_dict
 
 
 def _scalar(value) -> str:
@@ -34,7 +33,7 @@ def render_yaml(cfg: RlftConfig, composed: Composed | None = None) -> str:
                 text = f"{text:<60} # {composed.layer_of(path)}"
             lines.append(text)
 
-    emit(asdict(cfg), "", 0)
+    emit(to_dict(cfg), "", 0)
     return "\n".join(lines) + "\n"
 
 
