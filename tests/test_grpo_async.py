@@ -53,3 +53,42 @@ def test_zero_lag_async_reproduces_synchronous_losses(tmp_path):
     history = [h for h in lagged.state.log_history if "async/staleness_max" in h]
     assert [h["async/staleness_max"] for h in history] == [0.0, 0.0, 0.0]
     assert all(h["kl_sample_train_v2"] == 0.0 for h in history)  # the sampler's log-probs are the learner's
+
+
+def test_chunks_older_than_the_limit_are_dropped_counted_and_resampled(tmp_path, monkeypatch):
+    """The learner's own check: a sampler let to run 3 iterations ahead of a slow learner hands over batches up
+    to 3 versions old; with max_steps_off_policy 1 those are dropped, counted and sampled afresh, and no trained
+    batch is older than 1."""
+    import time
+
+    from transformers import TrainerCallback
+
+    from rlft.trainers.grpo_async import AsyncGRPOTrainer, Overlap
+
+    made = AsyncGRPOTrainer._make_worker
+
+    def loose_worker(self, start):
+        worker = made(self, start)
+        worker.max_steps_off_policy = 3  # admission looser than the learner's limit
+        worker.out.maxsize = 4
+        return worker
+
+    class SlowLearner(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(1.0)  # the sampler (about 0.1 s a batch) fills its queue meanwhile
+
+    monkeypatch.setattr(AsyncGRPOTrainer, "_make_worker", loose_worker)
+    orig_init = AsyncGRPOTrainer.__init__
+
+    def init(self, *a, **k):
+        orig_init(self, *a, **k)
+        self.add_callback(SlowLearner())
+
+    monkeypatch.setattr(AsyncGRPOTrainer, "__init__", init)
+    trainer = _run(tmp_path, "drops", Overlap(max_steps_off_policy=1), steps=5)
+    logged = [h for h in trainer.state.log_history if "async/staleness_max" in h]
+    assert len(logged) == 5
+    assert all(h["async/staleness_max"] <= 1 for h in logged)
+    assert sum(h["async/dropped"] for h in logged) > 0
+    assert trainer._dropped_rows == sum(h["async/dropped"] for h in logged)
+    assert all("reward" in h for h in logged)  # dropped batches were sampled again and trained
