@@ -41,8 +41,10 @@ class _Sampler:
         self.weights = w
         self.loaded.append(w["v"])
 
-    def generate(self, rows):
-        return {"v": self.weights["v"], "prompts": [r["prompt"] for r in rows]}
+    def generate(self, rows, chunks):
+        size = len(rows) // chunks
+        for c in range(chunks):
+            yield {"v": self.weights["v"], "prompts": [r["prompt"] for r in rows[c * size:(c + 1) * size]]}
 
 
 def test_worker_never_runs_more_than_k_versions_ahead():
@@ -103,7 +105,7 @@ def test_a_resumed_worker_waits_for_the_restored_weights():
 
 
 def test_a_sampler_failure_is_raised_in_the_learner():
-    def boom(rows):
+    def boom(rows, chunks):
         raise ValueError("out of memory while sampling")
 
     worker = GenerationWorker(_batches(2), boom, lambda w: None, max_steps_off_policy=1).start()

@@ -13,10 +13,11 @@ The shapes follow tinker-cookbook's streaming and async ("off-by-K") modes:
 * The learner still checks every chunk (`is_stale`) and drops and re-samples one that is older than
   the limit, so the bound holds whatever produced the chunk (a resumed run, a future multi-worker
   sampler).
-* Each batch is handed over in `chunks` pieces (streaming minibatches): training on the first chunk
-  starts while the worker samples the rest. All chunks of one batch are sampled with the same weights.
+* Each batch is handed over in `chunks` pieces (streaming minibatches) as soon as each is ready: training
+  on the first chunk starts while the worker finishes the rest. All chunks of one batch are sampled with
+  the same weights.
 
-Nothing here knows about trainers: `generate(rows, sampler) -> payload` is passed in. Pure helpers
+Nothing here knows about trainers: `generate(rows, chunks) -> one payload per chunk` is passed in. Pure helpers
 (`is_stale`, `staleness_metrics`, `overlap_seconds`) are unit-tested on worked numbers.
 """
 
@@ -27,7 +28,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["Generated", "GenerationWorker", "WeightBoard", "is_stale", "overlap_seconds", "staleness_metrics"]
 
@@ -103,11 +104,12 @@ class GenerationWorker:
     """Samples batch after batch in a daemon thread, at most `max_steps_off_policy` versions ahead.
 
     `batches` yields (index, rows); `load(weights)` puts published weights into the sampler model;
-    `generate(rows) -> payload` samples one chunk. The learner calls `publish` at each iteration boundary
+    `generate(rows, chunks)` samples the batch and yields one payload per chunk, in order (rows split
+    evenly: chunk c is rows[c*len/chunks : (c+1)*len/chunks]). The learner calls `publish` at each iteration boundary
     and `take()` for the next chunk, in order.
     """
 
-    def __init__(self, batches: Iterator[tuple[int, list]], generate: Callable[[list], Any],
+    def __init__(self, batches: Iterator[tuple[int, list]], generate: Callable[[list, int], Iterable[Any]],
                  load: Callable[[dict], None], max_steps_off_policy: int, chunks: int = 1, first_version: int = 0):
         if max_steps_off_policy < 0:
             raise ValueError(f"max_steps_off_policy must be >= 0, got {max_steps_off_policy}")
@@ -173,13 +175,14 @@ class GenerationWorker:
                     self.load(weights)
                     self._loaded = version
                 size = len(rows) // self.chunks
-                for c in range(self.chunks):
-                    part = rows[c * size:(c + 1) * size]
-                    start = self.sampling_since = time.perf_counter()
-                    payload = self.generate(part)
-                    self.spans.append((start, time.perf_counter()))
+                start = self.sampling_since = time.perf_counter()
+                for c, payload in enumerate(self.generate(rows, self.chunks)):
+                    span = (start, time.perf_counter())
+                    self.spans.append(span)
                     self.sampling_since = None
-                    if not self._put(Generated(index, c, version, part, payload, (start, time.perf_counter()))):
+                    if not self._put(Generated(index, c, version, rows[c * size:(c + 1) * size], payload, span)):
                         return
+                    start = self.sampling_since = time.perf_counter()
+                self.sampling_since = None
         except BaseException as exc:  # handed to the learner, which raises it in its own thread
             self._put(Generated(-1, -1, -1, [], None, (0.0, 0.0), error=exc))

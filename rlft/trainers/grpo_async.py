@@ -78,12 +78,19 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         view._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
         micro = self.args.per_device_train_batch_size
 
-        @torch.no_grad()
-        def generate(rows: list) -> dict:
-            prompt_ids, images, mm = view._tokenize_prompts([r["prompt"] for r in rows])
-            completion_ids, _ = view._generate_single_turn(prompt_ids, images, mm, self.num_generations)
-            return {"prompt_ids": [list(p) for p in prompt_ids], "completion_ids": [list(c) for c in completion_ids],
-                    "logps": self._sampler_logps(view, sampler, prompt_ids, completion_ids, micro)}
+        def generate(rows: list, chunks: int):
+            """The whole batch in one generate call (one call is cheaper than several smaller ones), then each
+            chunk's sampler log-probs, handed over as soon as they are ready."""
+            with torch.no_grad():
+                prompt_ids, images, mm = view._tokenize_prompts([r["prompt"] for r in rows])
+                completion_ids, _ = view._generate_single_turn(prompt_ids, images, mm, self.num_generations)
+            size = len(rows) // chunks
+            for c in range(chunks):
+                p, q = [list(x) for x in prompt_ids[c * size:(c + 1) * size]], \
+                    [list(x) for x in completion_ids[c * size:(c + 1) * size]]
+                with torch.no_grad():
+                    logps = self._sampler_logps(view, sampler, p, q, micro)
+                yield {"prompt_ids": p, "completion_ids": q, "logps": logps}
 
         def load(weights: dict) -> None:
             with torch.no_grad():
