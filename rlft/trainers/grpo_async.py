@@ -60,7 +60,8 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._window_start: float | None = None
         self._waits: list[tuple[float, float]] = []
         self._generated_rows = 0
-        self._dropped_rows = 0
+        self._dropped_rows = 0          # completions dropped as too old, over the run
+        self._dropped_since_log = 0
 
     # --- the sampler: a copy of the policy and TRL's generate path pointed at it ------------------
     def _make_worker(self, start: int) -> GenerationWorker:
@@ -178,11 +179,10 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._generated_rows += len(item.rows)
         if is_stale(item.version, self._iteration, self.overlap.max_steps_off_policy):
             self._dropped_rows += len(item.rows)
-            m["async/dropped"].append(float(len(item.rows)))
+            self._dropped_since_log += len(item.rows)
             self._pregenerated = None  # re-sampled now by the learner: on-policy
             staleness = 0
         else:
-            m["async/dropped"].append(0.0)
             self._pregenerated = item.payload
             staleness = self._iteration - item.version
         m["time/generation_s"].append(item.span[1] - item.span[0])
@@ -238,6 +238,12 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         m["time/training_s"].append(now - window[0] - wait)
         m["async/wait_s"].append(wait)
         m["async/overlap_frac"].append(overlap_seconds(clipped, busy) / gen if gen > 0 else 0.0)
+
+    def log(self, logs, start_time=None):
+        if self.model.training and "loss" in logs:  # a count per logged step, not a mean over chunks
+            self._metrics["train"]["async/dropped"] = [float(self._dropped_since_log)]
+            self._dropped_since_log = 0
+        return super().log(logs, start_time)
 
     def train(self, *args, **kwargs):
         try:
