@@ -38,9 +38,9 @@ from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 class Overlap:
     """How far sampling may run ahead of the learner."""
     max_steps_off_policy: int = 0   # training iterations the sampler's weights may lag (0 = on-policy)
-    num_minibatches: int = 1        # streamed chunks per optimizer substep (1 = one chunk per substep... or batch)
+    num_minibatches: int = 1        # streaming: chunks per optimizer substep, gradients accumulated over them
     num_substeps: int = 1           # optimizer steps per iteration (grpo.num_substeps)
-    stream: bool = False            # hand batches over in num_substeps x num_minibatches chunks
+    stream: bool = False            # hand each batch over in num_substeps x num_minibatches chunks (else whole)
 
     @property
     def chunks(self) -> int:
