@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
 
-from rlft.rollout.offpolicy import GenerationWorker, is_stale, overlap_seconds, staleness_metrics
+from rlft.rollout.offpolicy import GenerationWorker, LearnerClock, is_stale, staleness_metrics
 from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 
 
@@ -57,8 +57,7 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._iteration: int | None = None   # the training iteration being trained (= learner weights version)
         self._pregenerated: dict | None = None
         self._chunk_index = 0
-        self._window_start: float | None = None
-        self._waits: list[tuple[float, float]] = []
+        self._clock = LearnerClock()
         self._generated_rows = 0
         self._dropped_rows = 0          # completions dropped as too old, over the run
         self._dropped_since_log = 0
@@ -161,18 +160,16 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
             self._iteration = math.ceil(self.state.global_step / per_iteration)  # resume: fresh queues from here
             self._worker = self._make_worker(self._iteration).start()
         else:
-            self._end_window()
+            for k, v in self._clock.end(self._worker.sampling_spans(time.perf_counter())).items():
+                self._metrics["train"][k].append(v)
             self._iteration += 1
-        self._window_start = time.perf_counter()
-        self._waits = []
+        self._clock.begin()
         self._worker.publish(self._iteration, self._trainable_weights())
         self._buffered_inputs = []
         self._chunk_index = 0
 
     def _next_chunk(self) -> list[dict]:
-        t0 = time.perf_counter()
-        item = self._worker.take()
-        self._waits.append((t0, time.perf_counter()))
+        item = self._clock.wait(self._worker.take)
         if item.batch != self._iteration:
             raise RuntimeError(f"sampler handed batch {item.batch} to iteration {self._iteration}")
         m = self._metrics["train"]
@@ -220,24 +217,6 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         if self.overlap.chunks > 1:  # TRL's dapo normaliser expects the whole batch's token count
             out["num_items_in_batch"] = out["num_items_in_batch"] * self.overlap.chunks
         return out
-
-    def _end_window(self) -> None:
-        """Timing of the iteration that just ended: sampling time, learner time, and how much they overlapped."""
-        now = time.perf_counter()
-        window = (self._window_start, now)
-        wait = sum(b - a for a, b in self._waits)
-        busy, cursor = [], window[0]
-        for a, b in self._waits:
-            busy.append((cursor, a))
-            cursor = b
-        busy.append((cursor, now))
-        spans = [s for s in self._worker.sampling_spans(now) if s[1] > window[0] and s[0] < window[1]]
-        clipped = [(max(a, window[0]), min(b, window[1])) for a, b in spans]
-        gen = sum(b - a for a, b in clipped)
-        m = self._metrics["train"]
-        m["time/training_s"].append(now - window[0] - wait)
-        m["async/wait_s"].append(wait)
-        m["async/overlap_frac"].append(overlap_seconds(clipped, busy) / gen if gen > 0 else 0.0)
 
     def log(self, logs, start_time=None):
         if self.model.training and "loss" in logs:  # a count per logged step, not a mean over chunks
