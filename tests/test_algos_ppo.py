@@ -147,3 +147,19 @@ def test_loss_with_zero_coefs_is_the_clipped_surrogate():
     assert total.item() == pytest.approx(surrogate.item())
     assert torch.allclose(g_total, g_surr)
     assert m["policy_loss"] == pytest.approx(surrogate.item())
+
+
+def test_behaviour_weights_worked_numbers():
+    import math
+
+    from rlft.algos import behaviour_weights
+
+    prox = torch.tensor([[math.log(0.5), math.log(0.9), math.log(0.2)]])
+    behav = torch.tensor([[math.log(0.25), math.log(0.9), math.log(0.01)]])
+    mask = torch.tensor([[1.0, 1.0, 1.0]])
+    w = behaviour_weights(prox, behav, mask)
+    assert torch.allclose(w, torch.tensor([[2.0, 1.0, 5.0]]))  # 0.2 / 0.01 = 20, truncated at 5
+    assert torch.allclose(behaviour_weights(prox, behav, mask, cap=None)[0, 2], torch.tensor(20.0))
+    assert behaviour_weights(prox, behav, torch.tensor([[1.0, 0.0, 1.0]]))[0, 1] == 0
+    same = behaviour_weights(prox, prox, mask)
+    assert torch.equal(same, torch.ones_like(same))  # on-policy: exactly 1

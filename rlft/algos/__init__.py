@@ -37,6 +37,7 @@ from rlft.algos.kl_control import (
     make_kl_controller,
 )
 from rlft.algos.rejection import KEEP_RULES, keep_mask
+from rlft.algos.offpolicy import behaviour_weights
 from rlft.algos.ppo import (
     clipped_surrogate,
     clipped_value_loss,
@@ -51,6 +52,7 @@ from rlft.algos.ppo import (
 )
 
 __all__ = [
+    "behaviour_weights",
     "discounted_returns",
     "episode_group_advantages",
     "AWR_BASELINES",

@@ -287,9 +287,9 @@ def _check_grpo_sampling(g, err) -> None:
             f"{', '.join(map(str, ok))}")
     overlap = isinstance(nm, int) or isinstance(k, int)
     which = "grpo.async.max_steps_off_policy" if isinstance(k, int) else "grpo.stream_minibatch.num_minibatches"
-    if overlap and g("env.name"):
-        err(which, "streaming and async training are built for single-turn completions; multi-turn episodes "
-            "(env.name) run synchronously. Unset it, or env.name")
+    if isinstance(nm, int) and g("env.name"):
+        err("grpo.stream_minibatch.num_minibatches", "streaming is built for single-turn completions; multi-turn "
+            "episodes (env.name) sample a whole update at once (async, grpo.async, works with them)")
     nproc = g("hw.num_processes")
     if overlap and isinstance(nproc, int) and nproc > 1:
         err(which, f"streaming and async training run in one process (the sampler is an in-process copy of the "

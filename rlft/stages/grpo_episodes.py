@@ -37,7 +37,8 @@ def settings(cfg: RlftConfig, num_rows: int):
         log_every=t.logging_steps, eval_every=t.eval_steps, save_every=t.save_steps,
         temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens, seed=t.seed,
         max_episode_length=cfg.env.max_episode_length, max_seq_length=t.max_seq_length,
-        group_size=g.group_size, baseline_mode=g.baseline_mode, episode_gamma=g.episode_gamma)
+        group_size=g.group_size, baseline_mode=g.baseline_mode, episode_gamma=g.episode_gamma,
+        max_steps_off_policy=g.async_.max_steps_off_policy)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from rlft.algos import (
-    discounted_returns, episode_group_advantages, group_advantages, kl_penalty_per_token, kl_sample_train, masked_mean,
+    discounted_returns, episode_group_advantages, group_advantages, kl_penalty_per_token, masked_mean,
 )
 from rlft.trainers.ppo import PPOSettings, RlftPPOTrainer
 
@@ -49,11 +49,11 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
     def rollout(self, update: int) -> dict:
         s = self.settings
         rows = self._rows_for_update(update)
-        batch = self._sample(rows)
+        batch = self._sampled(update, rows)
         episodes = batch["episodes"]
         reward_metrics = self._episode_metrics(episodes)
         mask = batch["mask"]
-        logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
+        logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
         K = max(1, max(ep.length for ep in episodes))
         turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
         returns_B = discounted_returns(turn_rewards_BK, s.episode_gamma)
@@ -68,6 +68,8 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
                 kl_BT = kl_penalty_per_token(logp_old, logp_ref, s.kl_penalty, logp_old_BTV, logp_ref_BTV)
                 adv_BT = adv_BT - self.kl_ctl.value * kl_BT * mask  # GRPO's KL in the advantage
                 kl_policy_ref = masked_mean(logp_old - logp_ref, mask)
+        if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
+            adv_BT = adv_BT * weights_BT
         zeros = torch.zeros_like(logp_old)
         batch.update(rows=rows, logp_old=logp_old, values_old=zeros, advantages=adv_BT, returns=zeros)
         batch["metrics"] = {
@@ -78,7 +80,7 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
             "advantage_abs_mean": self._mean(adv_B.abs().mean()),
             "discounted_return_mean": self._mean(returns_B.mean()),
             "completion_length": self._mean(mask.sum(1).mean()),
-            **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
+            **self._sample_train_kl(batch, logp_old, mask),
         }
         return batch
 

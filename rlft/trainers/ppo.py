@@ -21,6 +21,7 @@ skipped by GAE, so the advantage runs across the whole episode (verl's multi-tur
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,13 @@ from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
-    entropy_from_logits, explained_variance, gae, kl_penalty_per_token, kl_sample_train, make_kl_controller,
-    masked_mean, masked_whiten, ppo_loss, shape_rewards,
+    behaviour_weights, entropy_from_logits, explained_variance, gae, kl_penalty_per_token, kl_sample_train,
+    make_kl_controller, masked_mean, masked_whiten, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
+from rlft.rollout.offpolicy import GenerationWorker, LearnerClock, is_stale, staleness_metrics
 
 @dataclass
 class PPOSettings:
@@ -64,6 +66,7 @@ class PPOSettings:
     seed: int = 42
     max_episode_length: int = 20  # turns per episode (with an environment)
     max_seq_length: int = 4096    # an episode that would pass it ends (truncated)
+    max_steps_off_policy: int | None = None  # async: a sampler copy runs up to this many updates ahead; None = off
 
     @property
     def num_updates(self) -> int:
@@ -104,6 +107,9 @@ class RlftPPOTrainer(Trainer):
         self.env_guard = env_guard
         self._envs: list = []
         self.episode_eval_rows = episode_eval_rows or []
+        self._worker: GenerationWorker | None = None  # the async sampler (settings.max_steps_off_policy)
+        self._clock: LearnerClock | None = None
+        self._async_metrics: dict = {}
         if env_factory is not None and self.episode_eval_rows:
             self.evaluation = self._evaluate_episodes  # eval.start / eval.end as episode return and success rate
         self.current_flos = 0
@@ -187,13 +193,13 @@ class RlftPPOTrainer(Trainer):
             self._envs.append(self.env_factory())
         return self._envs[:n]
 
-    def _sample_episodes(self, rows: list[dict]) -> dict:
+    def _sample_episodes(self, rows: list[dict], sampler=None) -> dict:
         """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
         s, device = self.settings, self.accelerator.device
-        eps = run_episodes(self.policy, self.processing_class, self._envs_for(len(rows)), rows, [s.seed] * len(rows),
+        policy, tok, envs = sampler or (self.policy, self.processing_class, self._envs_for(len(rows)))
+        eps = run_episodes(policy, tok, envs, rows, [s.seed] * len(rows),
                            self._params(), s.max_episode_length, s.max_seq_length,
                            prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
-        tok = self.processing_class
         b = collate_episodes(eps, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         prompt_ids, prompt_mask = b.prompt_ids_BP.to(device), b.prompt_mask_BP.to(device)
         attn = torch.cat([prompt_mask, b.attention_mask_BT.to(device)], dim=1)
@@ -203,12 +209,14 @@ class RlftPPOTrainer(Trainer):
                 "mask": b.action_mask_BT.to(device), "logp_sampler": b.logprobs_BT.to(device),
                 "env_rewards": b.rewards_BT.to(device)}
 
-    def _sample(self, rows: list[dict]) -> dict:
-        """One completion per row through the rollout layer, laid out for the learner's forward pass."""
+    def _sample(self, rows: list[dict], sampler=None) -> dict:
+        """One completion per row through the rollout layer, laid out for the learner's forward pass.
+        `sampler`: (policy, tokenizer, envs) to sample with instead of the learner's (the async sampler)."""
         if self.env_factory is not None:
-            return self._sample_episodes(rows)
+            return self._sample_episodes(rows, sampler)
         device = self.accelerator.device
-        r = sample(self.policy, self.processing_class, [row["prompt"] for row in rows], 1, self._params(),
+        policy, tok, _ = sampler or (self.policy, self.processing_class, None)
+        r = sample(policy, tok, [row["prompt"] for row in rows], 1, self._params(),
                    prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
         prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
         completion_ids = r.completion_ids_BT.to(device)
@@ -255,7 +263,7 @@ class RlftPPOTrainer(Trainer):
     def rollout(self, update: int) -> dict:
         s = self.settings
         rows = self._rows_for_update(update)
-        batch = self._sample(rows)
+        batch = self._sampled(update, rows)
         episodes = batch.get("episodes")
         if episodes is not None:
             reward_metrics = self._episode_metrics(episodes)
@@ -266,7 +274,7 @@ class RlftPPOTrainer(Trainer):
             if self.accelerator.is_main_process:
                 self.reward_log.write(update + 1, logs)
         mask = batch["mask"]
-        logp_old, values_old, _, logp_old_BTV = self._forward(self.model, batch)
+        logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
         ref = self._reference_logps(batch) if s.init_kl_coef > 0 or self.ref_model is not None else None
         if ref is not None:
             logp_ref, _, _, logp_ref_BTV = ref
@@ -281,6 +289,8 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
         adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, s.gamma, s.lam)
         adv_BT = masked_whiten(adv_BT, mask)
+        if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
+            adv_BT = adv_BT * weights_BT
         batch.update(rows=rows, logp_old=logp_old, values_old=values_old * mask,
                      advantages=adv_BT, returns=returns_BT)
         valid = ~torch.isnan(scores_B) if episodes is None else torch.ones(len(rows), dtype=torch.bool)
@@ -295,9 +305,83 @@ class RlftPPOTrainer(Trainer):
             "explained_variance": explained_variance(values_old * mask, returns_BT, mask),
             "completion_length": self._mean(mask.sum(1).mean()),
             "frac_unscored": self._mean((~valid).float().mean()),
-            **{k: self._mean(v) for k, v in kl_sample_train(batch["logp_sampler"], logp_old, mask).items()},
+            **self._sample_train_kl(batch, logp_old, mask),
         }
         return batch
+
+    def _behaviour_logps(self, batch: dict):
+        """(logp_old, values, logits, logp_BTV, weights_BT): the learner's forward pass over the batch. Its
+        log-probs are the clipped ratio's denominator (the proximal policy). Where an async sampler drew the
+        batch with older weights, weights_BT = pi_learner / pi_sampler per token multiplies the advantages
+        (decoupled PPO, rlft.algos.behaviour_weights); None when the learner sampled the batch itself."""
+        logp, values, logits, logp_BTV = self._forward(self.model, batch)
+        behaviour = batch.get("logp_behaviour")
+        if behaviour is None:
+            return logp, values, logits, logp_BTV, None
+        w = behaviour_weights(logp, behaviour, batch["mask"])
+        self._async_metrics["async/behaviour_weight_mean"] = self._mean(masked_mean(w, batch["mask"]))
+        return logp, values, logits, logp_BTV, w
+
+    def _sample_train_kl(self, batch: dict, logp_learner, mask) -> dict:
+        """kl_sample_train_v1/v2 between the policy that sampled the batch and the learner now."""
+        sampler = batch.get("logp_behaviour", batch["logp_sampler"])
+        return {k: self._mean(v) for k, v in kl_sample_train(sampler, logp_learner, mask).items()}
+
+    # --- sampling ahead (max_steps_off_policy) --------------------------------------------------
+    def _sampled(self, update: int, rows: list[dict]) -> dict:
+        """This update's batch: sampled now by the learner, or taken from the async sampler (re-sampled now
+        when it is older than the limit)."""
+        if self._worker is None:
+            return self._sample(rows)
+        item = self._clock.wait(self._worker.take)
+        if item.batch != update:
+            raise RuntimeError(f"the sampler handed batch {item.batch} to update {update}")
+        self._async_metrics["time/generation_s"] = item.span[1] - item.span[0]
+        if is_stale(item.version, update, self.settings.max_steps_off_policy):
+            self._async_metrics.update(staleness_metrics([0]), **{"async/dropped": float(len(rows))})
+            return self._sample(rows)
+        self._async_metrics.update(staleness_metrics([update - item.version]), **{"async/dropped": 0.0})
+        return item.payload
+
+    def _start_sampler(self, first_update: int) -> None:
+        """A copy of the policy (with its own tokenizer and environments) sampling in a thread."""
+        import copy
+
+        sampler = copy.deepcopy(self.policy).eval()
+        sampler.requires_grad_(False)
+        params = dict(sampler.named_parameters())
+        tools = (sampler, copy.deepcopy(self.processing_class), [])
+        s = self.settings
+
+        def envs_for(n):  # the sampler's own environment instances
+            while len(tools[2]) < n:
+                tools[2].append(self.env_factory())
+            return tools[2][:n]
+
+        def generate(rows, chunks):
+            with torch.no_grad():
+                batch = self._sample(rows, (sampler, tools[1], envs_for(len(rows)) if self.env_factory else None))
+                batch["logp_behaviour"] = self._forward(sampler, batch, with_values=False)[0]
+            yield batch
+
+        def load(weights):
+            with torch.no_grad():
+                for name, value in weights.items():
+                    params[name].copy_(value)
+
+        def batches():
+            update = first_update
+            while update < s.num_updates:
+                yield update, self._rows_for_update(update)
+                update += 1
+
+        self._worker = GenerationWorker(batches(), generate, load, s.max_steps_off_policy,
+                                        first_version=first_update).start()
+        self._clock = LearnerClock()
+
+    def _publish(self, update: int) -> None:
+        weights = {n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
+        self._worker.publish(update, weights)
 
     def _episode_metrics(self, episodes) -> dict:
         """Episode statistics (mean over processes), `reward`/`reward_std` = the episode return; the env
@@ -410,14 +494,30 @@ class RlftPPOTrainer(Trainer):
         self.state.is_local_process_zero = self.is_local_process_zero()
         self.state.is_world_process_zero = self.is_world_process_zero()
         self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+        try:
+            return self._loop()
+        finally:
+            if self._worker is not None:
+                self._worker.stop()
+                self._worker = None
+
+    def _loop(self):
+        s, args = self.settings, self.args
         while self.state.global_step < s.num_updates:
             if self.eval_start is None and self.state.global_step == 0:
                 self.eval_start = self.evaluate_reward()
                 if self.eval_start is not None:
                     self.eval_out["start"] = self.eval_start
+            if s.max_steps_off_policy is not None:  # the sampler may start on this update's weights
+                if self._worker is None:
+                    self._start_sampler(self.state.global_step)  # a resumed run starts with empty queues
+                self._publish(self.state.global_step)
+                self._clock.begin()
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             batch = self.rollout(self.state.global_step)
             metrics = {**batch.pop("metrics"), **self.optimize(batch)}
+            if self._worker is not None:
+                metrics.update(self._async_metrics, **self._clock.end(self._worker.sampling_spans(time.perf_counter())))
             kl = metrics.get("kl_policy_ref")
             if kl is not None:  # Ziegler et al.: n_steps = episodes in this update
                 self.kl_ctl.update(kl, s.batch_size)
