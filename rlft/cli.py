@@ -11,8 +11,11 @@ from typing import List, Optional
 
 import typer
 
+from rlft.cli_coerce import install as _install_plain_coercion
 from rlft.config import ConfigError, Problem, compose, configs_dir, validate
 from rlft.config.schema import HARDWARE, STAGES
+
+_install_plain_coercion()  # string and path options without importing pydantic (typer 0.29+)
 
 # one place for the exit codes: `rlft --help` prints them and the README lists the same
 EXIT_CODES = (
