@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
-from rlft.config.stages import STAGES, sampling_stages
-
-HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
+from rlft.config.stages import HARDWARE, STAGES, sampling_stages
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
