@@ -9,6 +9,7 @@ standard library so that `rlft validate-config` stays fast.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from rlft.config.stages import HARDWARE, STAGES, sampling_stages
@@ -326,7 +327,9 @@ def _unwrap(tp):
     return tp, optional, None
 
 
+@cache  # every validation walks every section: resolve its string annotations once per process
 def section_fields(cls) -> dict[str, Any]:
+    """{field name: (dataclass field, resolved annotation)} of a schema section (read-only: shared)."""
     hints = get_type_hints(cls)
     return {f.name: (f, hints[f.name]) for f in fields(cls)}
 
