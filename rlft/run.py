@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
-from rlft.config.schema import RlftConfig
+from rlft.config.schema import RlftConfig, config_key
 
 LOCK_NAME = ".rlft.lock"
 REPLACES_NAME = ".rlft_replaces"  # in a run started with --overwrite: the moved-aside folder it replaces
@@ -353,12 +353,12 @@ def saved_config(root: Path) -> dict | None:
 def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object]]:
     """(key, saved value, new value) for each setting that differs from a run's saved config. Left out:
     RESUME_FREE keys, other stages' sections, keys the saved config predates (at their default) or lost."""
-    from dataclasses import asdict
+    from rlft.config.schema import to_dict
 
     from rlft.config.schema import STAGES
     from rlft.config.stages import get_spec
 
-    a, b = _leaves(old), _leaves(asdict(cfg))
+    a, b = _leaves(old), _leaves(to_dict(cfg))
     other_sections = {get_spec(s).section for s in STAGES} - {get_spec(cfg.stage).section}
     out = []
     for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0] == "rewards", k)):
@@ -398,7 +398,7 @@ def _schema_default(key: str):
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(cls):
             return _NO_DEFAULT
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = {config_key(f.name): f for f in dataclasses.fields(cls)}
         if part not in fields:
             return _NO_DEFAULT
         if i == len(parts) - 1:
@@ -406,7 +406,7 @@ def _schema_default(key: str):
             if f.default is not dataclasses.MISSING:
                 return f.default
             return f.default_factory() if f.default_factory is not dataclasses.MISSING else _NO_DEFAULT
-        hint = typing.get_type_hints(cls)[part]
+        hint = typing.get_type_hints(cls)[fields[part].name]
         cls = typing.get_args(hint)[0] if typing.get_origin(hint) is list else hint
     return _NO_DEFAULT
 

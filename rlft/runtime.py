@@ -151,12 +151,12 @@ def drop_rows_after(path: Path, step: int) -> int:
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
     import yaml
-    from dataclasses import asdict
+    from rlft.config.schema import to_dict
 
     if not run.config.is_file():
         return []
     old = flatten(yaml.safe_load(run.config.read_text()) or {})
-    new = flatten(asdict(cfg))
+    new = flatten(to_dict(cfg))
     keys = RESUME_BREAKING + get_spec(cfg.stage).resume_breaking
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if k in old and old.get(k) != new.get(k)]
 

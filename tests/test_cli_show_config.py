@@ -4,7 +4,7 @@ layer that set each key."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from rlft.config.schema import to_dict as asdict  # keys as YAML spells them (`grpo.async`)
 from pathlib import Path
 
 import pytest

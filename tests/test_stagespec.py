@@ -104,7 +104,7 @@ def test_entropy_rule_only_for_stages_whose_spec_lists_it():
 def test_resume_breaking_keys_come_from_the_spec(tmp_path):
     pytest.importorskip("transformers")
     import yaml
-    from dataclasses import asdict
+    from rlft.config.schema import to_dict as asdict
 
     from rlft.run import RunDir
     from rlft.runtime import breaking_changes

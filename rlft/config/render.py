@@ -4,13 +4,12 @@ learning-rate schedule arithmetic a user should see before training starts."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 
 import yaml
 
 from rlft.config.compose import Composed
-from rlft.config.schema import RlftConfig
+from rlft.config.schema import RlftConfig, to_dict
 
 
 def _scalar(value) -> str:
@@ -34,7 +33,7 @@ def render_yaml(cfg: RlftConfig, composed: Composed | None = None) -> str:
                 text = f"{text:<60} # {composed.layer_of(path)}"
             lines.append(text)
 
-    emit(asdict(cfg), "", 0)
+    emit(to_dict(cfg), "", 0)
     return "\n".join(lines) + "\n"
 
 
@@ -140,6 +139,25 @@ def grpo_layout_note(cfg: RlftConfig) -> str:
             f"grpo.num_substeps=1 grpo.ppo_epochs=1 trains one step per generation")
 
 
+def grpo_overlap_note(cfg: RlftConfig) -> str | None:
+    """What streaming and async do to an iteration, in words; None when GRPO runs synchronously."""
+    g = cfg.grpo
+    nm, k = g.stream_minibatch.num_minibatches, g.async_.max_steps_off_policy
+    if nm is None and k is None:
+        return None
+    parts = []
+    if nm is not None:
+        groups = g.batch_size // max(g.num_substeps * nm, 1)
+        parts.append(f"streaming: each optimizer substep accumulates {nm} minibatch(es) of {groups} group(s), trained as "
+                     f"soon as they are sampled, advantages and KL per minibatch; still on-policy")
+    if k is not None:
+        parts.append(f"async: a sampler copy of the policy runs up to {k} iteration(s) ahead, so a batch may be sampled "
+                     f"with weights up to {k} iteration(s) old (async/staleness_*); older ones are dropped "
+                     f"(async/dropped) and the importance-sampling ratio against the sampler's log-probs corrects the "
+                     f"rest; watch kl_sample_train_v2")
+    return "grpo: " + "; ".join(parts)
+
+
 def chat_template_note(cfg: RlftConfig) -> str:
     """What data.chat_template will do with this model, decided without loading it where a file says so."""
     import json
@@ -178,4 +196,6 @@ def explain_notes(cfg: RlftConfig) -> list[str]:
     notes.append("# " + chat_template_note(cfg))
     if cfg.stage == "grpo":
         notes.append("# " + grpo_layout_note(cfg))
+        if grpo_overlap_note(cfg):
+            notes.append("# " + grpo_overlap_note(cfg))
     return notes

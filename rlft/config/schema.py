@@ -8,11 +8,13 @@ standard library so that `rlft validate-config` stays fast.
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
 from rlft.config.stages import HARDWARE, STAGES, sampling_stages
+
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
@@ -182,6 +184,17 @@ class PPOConfig:
 
 
 @dataclass
+class StreamMinibatchConfig:
+    groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: grpo.batch_size (null = grpo.batch_size; another value is refused).", ge=1)
+    num_minibatches: Optional[int] = F(None, "Streaming: forward/backward passes per optimizer substep, each on whole groups as soon as they are sampled, with their advantages and KL computed per minibatch; training starts on the first while the rest are sampled. Still on-policy. null = off.", ge=1, le=64)
+
+
+@dataclass
+class AsyncConfig:
+    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: sampling runs up to this many training iterations ahead of the learner, with weights at most this many iterations old; an older batch is dropped (counted) and re-sampled. Needs loss_fn importance_sampling or ppo (both correct for the lag with the sampler's log-probs). Start below 5. null = synchronous.", ge=1, le=64)
+
+
+@dataclass
 class GRPOConfig:
     group_size: int = F(4, "Completions per prompt (default 4, useful range 2-16).", ge=2, le=64)
     batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
@@ -201,6 +214,10 @@ class GRPOConfig:
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
     episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k gamma^k r_k), in [0, 1].", ge=0, le=1)
+    stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by default).", factory=StreamMinibatchConfig)
+    async_: AsyncConfig = F(help="Async off-policy training, `grpo.async` (off by default).", factory=AsyncConfig)
+    generation_backend: str = F("transformers", "Who samples completions: `transformers` (generate on the training model; CPU, MPS, CUDA) or `vllm` (CUDA only; the `vllm` extra).", choices=["transformers", "vllm"])
+    vllm_mode: str = F("colocate", "With generation_backend vllm: `colocate` (vLLM in the training process, sharing the GPU) or `server` (a separate `trl vllm-serve` process).", choices=["colocate", "server"])
 
 
 @dataclass
@@ -327,11 +344,16 @@ def _unwrap(tp):
     return tp, optional, None
 
 
+def config_key(name: str) -> str:
+    """A field's key in YAML: a Python keyword is spelt with a trailing underscore in the schema (`async_`)."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
+
+
 @cache  # every validation walks every section: resolve its string annotations once per process
 def section_fields(cls) -> dict[str, Any]:
-    """{field name: (dataclass field, resolved annotation)} of a schema section (read-only: shared)."""
+    """{YAML key: (dataclass field, type hint)} of one section (shared: read it, do not change it)."""
     hints = get_type_hints(cls)
-    return {f.name: (f, hints[f.name]) for f in fields(cls)}
+    return {config_key(f.name): (f, hints[f.name]) for f in fields(cls)}
 
 
 def leaf_specs(cls=RlftConfig, prefix: str = "") -> dict[str, FieldSpec]:
@@ -373,6 +395,17 @@ def defaults_dict(cls=RlftConfig) -> dict:
     return out
 
 
+def to_dict(obj) -> Any:
+    """A config (or a section) as plain nested dicts keyed as in YAML (dataclasses.asdict keeps `async_`)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {config_key(f.name): to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
 def from_dict(cls, data: dict):
     """Build the typed config from a validated nested dict (missing keys take defaults)."""
     kwargs = {}
@@ -387,5 +420,5 @@ def from_dict(cls, data: dict):
             value = [from_dict(item, v) for v in value]
         elif base is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        kwargs[name] = value
+        kwargs[f.name] = value
     return cls(**kwargs)

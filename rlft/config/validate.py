@@ -166,6 +166,8 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             f"{', '.join(map(str, divisors))} (1 = one optimizer step per generation) or grpo.batch_size to a multiple "
             f"of {ns}; the grpo stage profile sets num_substeps 4 and ppo_epochs 4 (the guide's mini-batches and "
             f"epochs: 16 optimizer steps per generation)")
+    if c.stage == "grpo":
+        _check_grpo_sampling(g, err)
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:
@@ -267,6 +269,44 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
     if STAGE_SPECS[c.stage].samples and not g("rewards") and not env:
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function", level)
+
+
+def _check_grpo_sampling(g, err) -> None:
+    """Streaming, async and the generation backend: what each needs of the rest of the config."""
+    bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
+    nm, gpb = g("grpo.stream_minibatch.num_minibatches"), g("grpo.stream_minibatch.groups_per_batch")
+    k = g("grpo.async.max_steps_off_policy")
+    if isinstance(gpb, int) and isinstance(bs, int) and gpb != bs:
+        err("grpo.stream_minibatch.groups_per_batch", f"{gpb} differs from grpo.batch_size ({bs}), the groups in one "
+            "iteration; leave it unset (it follows grpo.batch_size) or set grpo.batch_size instead")
+    if isinstance(nm, int) and isinstance(bs, int) and isinstance(ns, int) and ns and bs % ns == 0 and (bs // ns) % nm:
+        per = bs // ns
+        ok = [d for d in range(1, per + 1) if per % d == 0]
+        err("grpo.stream_minibatch.num_minibatches", f"each optimizer substep holds grpo.batch_size / grpo.num_substeps "
+            f"= {per} groups, which {nm} minibatches cannot share equally (groups stay whole); use one of "
+            f"{', '.join(map(str, ok))}")
+    overlap = isinstance(nm, int) or isinstance(k, int)
+    which = "grpo.async.max_steps_off_policy" if isinstance(k, int) else "grpo.stream_minibatch.num_minibatches"
+    if overlap and g("env.name"):
+        err(which, "streaming and async training are built for single-turn completions; multi-turn episodes "
+            "(env.name) run synchronously. Unset it, or env.name")
+    nproc = g("hw.num_processes")
+    if overlap and isinstance(nproc, int) and nproc > 1:
+        err(which, f"streaming and async training run in one process (the sampler is an in-process copy of the "
+            f"policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
+    backend = g("grpo.generation_backend")
+    if backend == "vllm":
+        import importlib.util
+
+        if overlap:
+            err("grpo.generation_backend", "vllm is not built for streaming or async training yet (their sampler is "
+                "a transformers copy of the policy); use generation_backend transformers, or run synchronously")
+        if g("hw.device") in ("cpu", "mps"):
+            err("grpo.generation_backend", f"vLLM needs an NVIDIA GPU; hw.device is {g('hw.device')}. Use "
+                "generation_backend transformers")
+        elif importlib.util.find_spec("vllm") is None:
+            err("grpo.generation_backend", "vLLM is not installed in this environment; install the extra "
+                "(pip install 'rlft[vllm]') or use generation_backend transformers")
 
 
 def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:

@@ -26,7 +26,9 @@ def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
         raise RunError(f"grpo.batch_size x grpo.group_size / grpo.num_substeps = {per_substep} completions per "
                        f"optimizer step cannot be split over {num_processes} processes")
     per_process = per_substep // num_processes
-    micro = max(d for d in range(1, min(cfg.train.per_device_train_batch_size, per_process) + 1) if per_process % d == 0)
+    # streaming hands each substep over in num_minibatches pieces: a micro-batch never spans two of them
+    per_piece = per_process // (g.stream_minibatch.num_minibatches or 1)
+    micro = max(d for d in range(1, min(cfg.train.per_device_train_batch_size, per_piece) + 1) if per_piece % d == 0)
     accum = per_process // micro
     return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
                 steps_per_generation=g.num_substeps * accum, num_generations=g.group_size)
@@ -53,6 +55,8 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
         log_completions=False,
         reward_weights=[r.weight for r in cfg.rewards],
     )
+    if g.generation_backend == "vllm":  # TRL's own vLLM path, LoRA weights synced to vLLM every step
+        args.update(use_vllm=True, vllm_mode=g.vllm_mode)
     if g.loss_fn == "ppo":
         args.update(epsilon=g.clip_range)
     else:  # plain importance sampling: ratio * advantage, never clipped
@@ -101,7 +105,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
     evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+        from rlft.trainers.grpo import GRPOHooks
 
         model = load_policy(cfg)
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
@@ -115,7 +119,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                           reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None,
                           hot_reload=cfg.monitor.reward_hot_reload, overrides_path=str(ctx.run.root / "overrides.yaml"))
         ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
-        trainer = RlftGRPOTrainer(
+        trainer_class, extra = grpo_trainer_class(cfg)
+        trainer = trainer_class(
             model=model,
             reward_funcs=trl_reward_funcs(suite),
             args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, composed),
@@ -126,6 +131,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             hooks=hooks,
             reward_suite=suite,
             ref_model_for_kl=ref,
+            **extra,
         )
         evaluation = grpo_evaluation(cfg, evals, tokenizer, suite)
         if evaluation is not None:
@@ -138,6 +144,21 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
                   f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh samples)", file=sys.stderr)
         return code
+
+
+def grpo_trainer_class(cfg: RlftConfig):
+    """(trainer class, its extra keyword arguments): sampling ahead of the learner when grpo.stream_minibatch or
+    grpo.async asks for it, TRL's synchronous loop otherwise."""
+    g = cfg.grpo
+    stream, lag = g.stream_minibatch.num_minibatches, g.async_.max_steps_off_policy
+    if stream is None and lag is None:
+        from rlft.trainers.grpo import RlftGRPOTrainer
+
+        return RlftGRPOTrainer, {}
+    from rlft.trainers.grpo_async import AsyncGRPOTrainer, Overlap
+
+    return AsyncGRPOTrainer, {"overlap": Overlap(max_steps_off_policy=lag or 0, num_minibatches=stream or 1,
+                                                 num_substeps=g.num_substeps, stream=stream is not None)}
 
 
 def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):

@@ -164,14 +164,15 @@ class RlftGRPOTrainer(GRPOTrainer):
     # --- the hook ----------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
-        if mode == "train" and self.hooks.kl_penalty_coef > 0 and self._last_kl is not None:
+        starts = mode == "train" and self._starts_iteration()
+        if starts and self.hooks.kl_penalty_coef > 0 and self._last_kl is not None:
             n = self.args.generation_batch_size
             self.kl_ctl.update(self._last_kl, n)
             if self.hooks.kl_penalty_mode == "loss":
                 self.beta = self.kl_ctl.value
-        if mode == "train" and self.reloader is not None:
+        if starts and self.reloader is not None:
             self._reload_rewards()
-        out = super()._generate_and_score_completions(inputs)
+        out = self._trl_generate_and_score(inputs)
         if mode != "train":
             return out
         h, m = self.hooks, self._metrics[mode]
@@ -236,6 +237,15 @@ class RlftGRPOTrainer(GRPOTrainer):
             if self.accelerator.is_main_process:
                 self.reward_log.write(self.state.global_step + 1, rows)
         return out
+
+    def _starts_iteration(self) -> bool:
+        """This call samples the first (here: the only) part of a training iteration's batch: the KL
+        controller and reward reloads act once per iteration."""
+        return True
+
+    def _trl_generate_and_score(self, inputs) -> dict:
+        """TRL's own sampling, scoring and batching (a subclass may hand it completions sampled elsewhere)."""
+        return super()._generate_and_score_completions(inputs)
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
     def _compute_loss(self, model, inputs):

@@ -1,0 +1,248 @@
+"""GRPO with sampling ahead of the learner: streaming minibatches and async off-policy ("off-by-K").
+
+rlft builds this on TRL's GRPOTrainer and its own rollout layer instead of wrapping
+`trl.experimental.async_grpo`: that trainer needs a vLLM server for every run (it raises without vLLM),
+so it cannot run on CPU or in CI, and it replaces the GRPOTrainer that rlft's hooks extend.
+
+How one training iteration runs here (TRL's `_prepare_inputs` is the seam):
+1. At the iteration boundary the learner publishes its trainable weights as version `i` (iterations done).
+2. A `GenerationWorker` thread (rlft.rollout.offpolicy) samples batches with its own copy of the policy,
+   at most `max_steps_off_policy` versions behind the learner, each batch in `chunks` whole-group pieces.
+   Sampling is TRL's own generate path (`_generate_single_turn`) on the copy; the sampler's per-token
+   log-probs come from one teacher-forced pass of the copy, so they are the learner's numerics.
+3. The learner takes the chunks in order. A chunk older than the limit is dropped (counted) and
+   re-sampled on the spot by the learner. Each chunk goes through rlft's normal scoring and hooks
+   (rewards, group advantages, constant-group filter, KL in the advantage), with the sampler's log-probs
+   as `old_per_token_logps`: TRL's importance-sampling / PPO loss then corrects for the lag, and
+   `kl_sample_train_v1/v2` measure it.
+4. Training on chunk c starts while the worker samples chunk c+1 (streaming), and with K >= 1 while it
+   samples the next iterations' batches (async).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from trl.trainer.utils import pad, split_tensor_dict
+
+from rlft.rollout.offpolicy import GenerationWorker, is_stale, overlap_seconds, staleness_metrics
+from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How far sampling may run ahead of the learner."""
+    max_steps_off_policy: int = 0   # training iterations the sampler's weights may lag (0 = on-policy)
+    num_minibatches: int = 1        # streamed chunks per optimizer substep (1 = one chunk per substep... or batch)
+    num_substeps: int = 1           # optimizer steps per iteration (grpo.num_substeps)
+    stream: bool = False            # hand batches over in num_substeps x num_minibatches chunks
+
+    @property
+    def chunks(self) -> int:
+        return self.num_substeps * self.num_minibatches if self.stream else 1
+
+
+class AsyncGRPOTrainer(RlftGRPOTrainer):
+    def __init__(self, *args, overlap: Overlap, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.accelerator.num_processes > 1:
+            raise ValueError("streaming and async GRPO run in one process (the sampler is an in-process copy)")
+        self.overlap = overlap
+        self._worker: GenerationWorker | None = None
+        self._iteration: int | None = None   # the training iteration being trained (= learner weights version)
+        self._pregenerated: dict | None = None
+        self._chunk_index = 0
+        self._window_start: float | None = None
+        self._waits: list[tuple[float, float]] = []
+        self._generated_rows = 0
+        self._dropped_rows = 0
+
+    # --- the sampler: a copy of the policy and TRL's generate path pointed at it ------------------
+    def _make_worker(self, start: int) -> GenerationWorker:
+        policy = self.accelerator.unwrap_model(self.model)
+        sampler = copy.deepcopy(policy).eval()
+        sampler.requires_grad_(False)
+        params = dict(sampler.named_parameters())
+        # TRL's generate path, on the copy: a shallow view of this trainer whose model is the sampler and
+        # whose tokenizer and metrics are its own (fast tokenizers are not safe to share across threads)
+        view = copy.copy(self)
+        view.model = view.model_wrapped = sampler
+        view.processing_class = copy.deepcopy(self.processing_class)
+        view._tokenizer = view.processing_class if not hasattr(view.processing_class, "tokenizer") \
+            else view.processing_class.tokenizer
+        view._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        micro = self.args.per_device_train_batch_size
+
+        def generate(rows: list, chunks: int):
+            """The whole batch in one generate call (one call is cheaper than several smaller ones), then each
+            chunk's sampler log-probs, handed over as soon as they are ready."""
+            with torch.no_grad():
+                prompt_ids, images, mm = view._tokenize_prompts([r["prompt"] for r in rows])
+                completion_ids, _ = view._generate_single_turn(prompt_ids, images, mm, self.num_generations)
+            size = len(rows) // chunks
+            for c in range(chunks):
+                p, q = [list(x) for x in prompt_ids[c * size:(c + 1) * size]], \
+                    [list(x) for x in completion_ids[c * size:(c + 1) * size]]
+                with torch.no_grad():
+                    logps = self._sampler_logps(view, sampler, p, q, micro)
+                yield {"prompt_ids": p, "completion_ids": q, "logps": logps}
+
+        def load(weights: dict) -> None:
+            with torch.no_grad():
+                for name, value in weights.items():
+                    params[name].copy_(value)
+
+        return GenerationWorker(self._prompt_batches(start), generate, load,
+                                self.overlap.max_steps_off_policy, self.overlap.chunks, first_version=start)
+
+    def _sampler_logps(self, view, sampler, prompt_ids, completion_ids, micro: int) -> torch.Tensor:
+        """(B, T) log-probs of the sampled tokens under the sampler, padded exactly as TRL pads the batch."""
+        device = self.accelerator.device
+        pad_id, mult = self._tokenizer.pad_token_id, self.pad_to_multiple_of
+        p = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left", pad_to_multiple_of=mult)
+        pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left",
+                 pad_to_multiple_of=mult)
+        c = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right",
+                pad_to_multiple_of=mult)
+        cm = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0,
+                 padding_side="right", pad_to_multiple_of=mult)
+        ids, mask = torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device)
+        logps = view._get_per_token_logps_and_entropies(sampler, ids, mask, c.size(1), batch_size=micro)[0]
+        return logps.cpu()
+
+    def _trainable_weights(self) -> dict:
+        policy = self.accelerator.unwrap_model(self.model)
+        return {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
+
+    def _prompt_batches(self, start: int):
+        """(iteration, rows) from the iteration `start` on, in the order TRL's sampler gives the dataloader
+        (same sampler class and seed), so an on-policy run trains on the same prompts as synchronous GRPO."""
+        rows_per_batch = self.args.generation_batch_size
+        repeat = self.args.steps_per_generation * self.num_iterations
+        index = 0
+        sampler = self._get_train_sampler()
+        while True:
+            produced, buf, seen = 0, [], 0
+            for i in sampler:
+                buf.append(i)
+                if len(buf) < rows_per_batch:
+                    continue
+                if seen % repeat == 0:
+                    if index >= start:
+                        yield index, [dict(self.train_dataset[j]) for j in buf]
+                    index += 1
+                    produced += 1
+                seen += 1
+                buf = []
+            if not produced:
+                raise RuntimeError(f"the training data holds fewer prompts than one batch ({rows_per_batch} rows)")
+
+    # --- the learner's side ---------------------------------------------------------------------
+    def _prepare_inputs(self, generation_batch):
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        k = self._step % self.args.steps_per_generation
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            self._begin_iteration()
+        while k >= len(self._buffered_inputs):
+            self._buffered_inputs.extend(self._next_chunk())
+        return self._buffered_inputs[k]
+
+    def _begin_iteration(self) -> None:
+        if self._worker is None:
+            per_iteration = self.overlap.num_substeps * self.num_iterations
+            self._iteration = math.ceil(self.state.global_step / per_iteration)  # resume: fresh queues from here
+            self._worker = self._make_worker(self._iteration).start()
+        else:
+            self._end_window()
+            self._iteration += 1
+        self._window_start = time.perf_counter()
+        self._waits = []
+        self._worker.publish(self._iteration, self._trainable_weights())
+        self._buffered_inputs = []
+        self._chunk_index = 0
+
+    def _next_chunk(self) -> list[dict]:
+        t0 = time.perf_counter()
+        item = self._worker.take()
+        self._waits.append((t0, time.perf_counter()))
+        if item.batch != self._iteration:
+            raise RuntimeError(f"sampler handed batch {item.batch} to iteration {self._iteration}")
+        m = self._metrics["train"]
+        self._generated_rows += len(item.rows)
+        if is_stale(item.version, self._iteration, self.overlap.max_steps_off_policy):
+            self._dropped_rows += len(item.rows)
+            m["async/dropped"].append(float(len(item.rows)))
+            self._pregenerated = None  # re-sampled now by the learner: on-policy
+            staleness = 0
+        else:
+            m["async/dropped"].append(0.0)
+            self._pregenerated = item.payload
+            staleness = self._iteration - item.version
+        m["time/generation_s"].append(item.span[1] - item.span[0])
+        for k, v in staleness_metrics([staleness]).items():
+            m[k].append(v)
+        try:
+            out = self._generate_and_score_completions(item.rows)
+        finally:
+            self._pregenerated = None
+        self._chunk_index += 1
+        out = _shuffle_groups(out, self.hooks.group_size)
+        per_chunk = self.args.steps_per_generation // self.overlap.chunks
+        return split_tensor_dict(out, per_chunk)
+
+    def _starts_iteration(self) -> bool:
+        return self._chunk_index == 0
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        pre = self._pregenerated
+        if pre is None or not self.model.training:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        if [list(p) for p in prompt_ids] != pre["prompt_ids"]:
+            raise RuntimeError("the sampler's prompts differ from the batch's")
+        return [list(c) for c in pre["completion_ids"]], None
+
+    def _trl_generate_and_score(self, inputs) -> dict:
+        pre = self._pregenerated
+        out = super()._trl_generate_and_score(inputs)
+        if pre is not None:
+            logps = pre["logps"].to(out["completion_ids"].device)
+            width = out["completion_ids"].size(1)
+            if logps.size(1) != width:  # same rows, same padding: only a changed pad_to_multiple_of lands here
+                logps = torch.nn.functional.pad(logps, (0, width - logps.size(1)))[:, :width]
+            out["old_per_token_logps"] = logps  # the sampler's: TRL's ratio is pi_learner / pi_sampler
+        if self.overlap.chunks > 1:  # TRL's dapo normaliser expects the whole batch's token count
+            out["num_items_in_batch"] = out["num_items_in_batch"] * self.overlap.chunks
+        return out
+
+    def _end_window(self) -> None:
+        """Timing of the iteration that just ended: sampling time, learner time, and how much they overlapped."""
+        now = time.perf_counter()
+        window = (self._window_start, now)
+        wait = sum(b - a for a, b in self._waits)
+        busy, cursor = [], window[0]
+        for a, b in self._waits:
+            busy.append((cursor, a))
+            cursor = b
+        busy.append((cursor, now))
+        spans = [s for s in self._worker.sampling_spans(now) if s[1] > window[0] and s[0] < window[1]]
+        clipped = [(max(a, window[0]), min(b, window[1])) for a, b in spans]
+        gen = sum(b - a for a, b in clipped)
+        m = self._metrics["train"]
+        m["time/training_s"].append(now - window[0] - wait)
+        m["async/wait_s"].append(wait)
+        m["async/overlap_frac"].append(overlap_seconds(clipped, busy) / gen if gen > 0 else 0.0)
+
+    def train(self, *args, **kwargs):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self._worker is not None:
+                self._worker.stop()
+                self._worker = None
