@@ -124,3 +124,14 @@ def test_stop_unblocks_a_worker_waiting_on_a_full_queue():
     worker.take(timeout=10)
     worker.stop()
     assert not any(t.name == "rlft-sampler" and t.is_alive() for t in threading.enumerate())
+
+
+def test_learner_clock_worked_numbers():
+    from rlft.rollout.offpolicy import LearnerClock
+
+    clock = LearnerClock()
+    clock.start, clock.waits = 10.0, [(10.0, 11.0)]  # waited 1 s for the first chunk, then computed 11 -> 14
+    m = clock.end(sampling_spans=[(9.0, 11.0), (11.5, 13.5)], now=14.0)
+    assert m["async/wait_s"] == 1.0 and m["time/training_s"] == 3.0
+    # sampling inside the window: 10-11 (while waiting) and 11.5-13.5 (while computing): 2 of 3 s overlapped
+    assert m["async/overlap_frac"] == pytest.approx(2 / 3)

@@ -101,3 +101,16 @@ def test_tracker_files_go_into_the_run_folder(tmp_path):
     # a later run in the same process (a pipeline) gets its own folder
     first = tracker_env(["tensorboard"], tmp_path / "a", {})
     assert tracker_env(["tensorboard"], tmp_path / "b", first) == {"TENSORBOARD_LOGGING_DIR": str(tmp_path / "b" / "tensorboard")}
+
+
+def test_async_numbers_over_the_run():
+    from rlft.monitor.summary import async_numbers
+
+    rows = [{"step": 1, "async/staleness_mean": 0.0, "async/staleness_max": 0.0, "async/dropped": 0.0},
+            {"step": 2, "async/staleness_mean": 1.0, "async/staleness_max": 2.0, "async/dropped": 16.0,
+             "async/overlap_frac": 0.5},
+            {"step": 3, "async/staleness_mean": 2.0, "async/staleness_max": 2.0, "async/dropped": 8.0,
+             "async/overlap_frac": 0.7}]
+    assert async_numbers(rows) == {"staleness_mean": 1.0, "staleness_max": 2.0, "dropped": 24.0,
+                                   "overlap_frac": pytest.approx(0.6)}
+    assert async_numbers([{"step": 1, "reward": 0.5}]) is None

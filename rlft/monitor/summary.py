@@ -115,7 +115,21 @@ def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = ()) -> dic
                            "report_command": report_command(run_root)}
     if head and head["metric"] == "reward":
         out["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}
+    sampling = async_numbers(train)
+    if sampling:
+        out["async"] = sampling
     return out
+
+
+def async_numbers(rows: list[dict]) -> dict | None:
+    """Streaming / async GRPO over the whole run: how stale the trained batches were, how many completions
+    were dropped, and how much sampling overlapped learning; None for a run without them."""
+    stale = [r["async/staleness_max"] for r in rows if _finite(r.get("async/staleness_max"))]
+    if not stale:
+        return None
+    col = lambda key: [r[key] for r in rows if _finite(r.get(key))]  # noqa: E731
+    return {"staleness_mean": _mean(col("async/staleness_mean")), "staleness_max": max(stale),
+            "dropped": sum(col("async/dropped")), "overlap_frac": _mean(col("async/overlap_frac"))}
 
 
 # -- the terminal table ----------------------------------------------------------------------------
@@ -136,6 +150,10 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
     if ev.get("start") or ev.get("end"):
         lines.append(("eval reward", f"{f((ev.get('start') or {}).get('reward_mean'))} (start) -> "
                                      f"{f((ev.get('end') or {}).get('reward_mean'))} (end)"))
+    sampling = summary.get("async")
+    if sampling:
+        lines.append(("sampling ahead", f"staleness {f(sampling['staleness_mean'])} mean, {f(sampling['staleness_max'])} max; "
+                                        f"{f(sampling['dropped'])} completions dropped; overlap {f(sampling['overlap_frac'])}"))
     best = summary.get("best_checkpoint")
     if best:
         score = f" ({best['metric']} {f(best['value'])} over its last {best.get('window')} steps)" if best.get("metric") else ""

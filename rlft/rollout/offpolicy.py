@@ -30,7 +30,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["Generated", "GenerationWorker", "WeightBoard", "is_stale", "overlap_seconds", "staleness_metrics"]
+__all__ = ["Generated", "GenerationWorker", "LearnerClock", "WeightBoard", "is_stale", "overlap_seconds",
+           "staleness_metrics"]
 
 
 def is_stale(sampled_version: int, learner_iteration: int, max_steps_off_policy: int) -> bool:
@@ -53,6 +54,41 @@ def overlap_seconds(spans_a: list[tuple[float, float]], spans_b: list[tuple[floa
         for b0, b1 in spans_b:
             total += max(0.0, min(a1, b1) - max(a0, b0))
     return total
+
+
+class LearnerClock:
+    """The learner's side of the timing, one window per training iteration: how long it waited for samples,
+    how long it computed, and how much of the sampler's time ran while it computed."""
+
+    def __init__(self):
+        self.start: float | None = None
+        self.waits: list[tuple[float, float]] = []
+
+    def begin(self) -> None:
+        self.start, self.waits = time.perf_counter(), []
+
+    def wait(self, take: Callable[[], Any]) -> Any:
+        """`take()`, with the time it blocks counted as waiting."""
+        t0 = time.perf_counter()
+        try:
+            return take()
+        finally:
+            self.waits.append((t0, time.perf_counter()))
+
+    def end(self, sampling_spans: list[tuple[float, float]], now: float | None = None) -> dict[str, float]:
+        """Metrics of the window since `begin`: time/training_s, async/wait_s, async/overlap_frac."""
+        now = time.perf_counter() if now is None else now
+        start = self.start if self.start is not None else now
+        wait = sum(b - a for a, b in self.waits)
+        busy, cursor = [], start
+        for a, b in self.waits:
+            busy.append((cursor, a))
+            cursor = b
+        busy.append((cursor, now))
+        spans = [(max(a, start), min(b, now)) for a, b in sampling_spans if b > start and a < now]
+        sampling = sum(b - a for a, b in spans)
+        return {"time/training_s": now - start - wait, "async/wait_s": wait,
+                "async/overlap_frac": overlap_seconds(spans, busy) / sampling if sampling > 0 else 0.0}
 
 
 class WeightBoard:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
 
-from rlft.rollout.offpolicy import GenerationWorker, is_stale, overlap_seconds, staleness_metrics
+from rlft.rollout.offpolicy import GenerationWorker, LearnerClock, is_stale, staleness_metrics
 from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 
 
@@ -38,9 +38,9 @@ from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 class Overlap:
     """How far sampling may run ahead of the learner."""
     max_steps_off_policy: int = 0   # training iterations the sampler's weights may lag (0 = on-policy)
-    num_minibatches: int = 1        # streamed chunks per optimizer substep (1 = one chunk per substep... or batch)
+    num_minibatches: int = 1        # streaming: chunks per optimizer substep, gradients accumulated over them
     num_substeps: int = 1           # optimizer steps per iteration (grpo.num_substeps)
-    stream: bool = False            # hand batches over in num_substeps x num_minibatches chunks
+    stream: bool = False            # hand each batch over in num_substeps x num_minibatches chunks (else whole)
 
     @property
     def chunks(self) -> int:
@@ -57,10 +57,10 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._iteration: int | None = None   # the training iteration being trained (= learner weights version)
         self._pregenerated: dict | None = None
         self._chunk_index = 0
-        self._window_start: float | None = None
-        self._waits: list[tuple[float, float]] = []
+        self._clock = LearnerClock()
         self._generated_rows = 0
-        self._dropped_rows = 0
+        self._dropped_rows = 0          # completions dropped as too old, over the run
+        self._dropped_since_log = 0
 
     # --- the sampler: a copy of the policy and TRL's generate path pointed at it ------------------
     def _make_worker(self, start: int) -> GenerationWorker:
@@ -160,29 +160,26 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
             self._iteration = math.ceil(self.state.global_step / per_iteration)  # resume: fresh queues from here
             self._worker = self._make_worker(self._iteration).start()
         else:
-            self._end_window()
+            for k, v in self._clock.end(self._worker.sampling_spans(time.perf_counter())).items():
+                self._metrics["train"][k].append(v)
             self._iteration += 1
-        self._window_start = time.perf_counter()
-        self._waits = []
+        self._clock.begin()
         self._worker.publish(self._iteration, self._trainable_weights())
         self._buffered_inputs = []
         self._chunk_index = 0
 
     def _next_chunk(self) -> list[dict]:
-        t0 = time.perf_counter()
-        item = self._worker.take()
-        self._waits.append((t0, time.perf_counter()))
+        item = self._clock.wait(self._worker.take)
         if item.batch != self._iteration:
             raise RuntimeError(f"sampler handed batch {item.batch} to iteration {self._iteration}")
         m = self._metrics["train"]
         self._generated_rows += len(item.rows)
         if is_stale(item.version, self._iteration, self.overlap.max_steps_off_policy):
             self._dropped_rows += len(item.rows)
-            m["async/dropped"].append(float(len(item.rows)))
+            self._dropped_since_log += len(item.rows)
             self._pregenerated = None  # re-sampled now by the learner: on-policy
             staleness = 0
         else:
-            m["async/dropped"].append(0.0)
             self._pregenerated = item.payload
             staleness = self._iteration - item.version
         m["time/generation_s"].append(item.span[1] - item.span[0])
@@ -221,23 +218,11 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
             out["num_items_in_batch"] = out["num_items_in_batch"] * self.overlap.chunks
         return out
 
-    def _end_window(self) -> None:
-        """Timing of the iteration that just ended: sampling time, learner time, and how much they overlapped."""
-        now = time.perf_counter()
-        window = (self._window_start, now)
-        wait = sum(b - a for a, b in self._waits)
-        busy, cursor = [], window[0]
-        for a, b in self._waits:
-            busy.append((cursor, a))
-            cursor = b
-        busy.append((cursor, now))
-        spans = [s for s in self._worker.sampling_spans(now) if s[1] > window[0] and s[0] < window[1]]
-        clipped = [(max(a, window[0]), min(b, window[1])) for a, b in spans]
-        gen = sum(b - a for a, b in clipped)
-        m = self._metrics["train"]
-        m["time/training_s"].append(now - window[0] - wait)
-        m["async/wait_s"].append(wait)
-        m["async/overlap_frac"].append(overlap_seconds(clipped, busy) / gen if gen > 0 else 0.0)
+    def log(self, logs, start_time=None):
+        if self.model.training and "loss" in logs:  # a count per logged step, not a mean over chunks
+            self._metrics["train"]["async/dropped"] = [float(self._dropped_since_log)]
+            self._dropped_since_log = 0
+        return super().log(logs, start_time)
 
     def train(self, *args, **kwargs):
         try:

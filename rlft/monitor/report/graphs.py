@@ -62,6 +62,13 @@ KNOWN = [
     ("policy loss", "Stage", ["policy_loss", "ppo/policy_loss"], "clipped PPO policy loss"),
     ("clip fraction / approx KL", "Stage", ["clipfrac", "approx_kl", "value_clipfrac", "ppo/clipfrac", "ppo/approx_kl"], "PPO update size"),
     ("value estimates", "Stage", ["value_mean"], "mean value-head estimate"),
+    # async / streaming GRPO
+    ("staleness", "Stage", ["async/staleness_mean", "async/staleness_max"],
+     "training iterations between the weights that sampled a batch and the learner that trains it (0 = on-policy)"),
+    ("dropped completions", "Stage", ["async/dropped"], "completions older than max_steps_off_policy, dropped and re-sampled"),
+    ("sampling vs learning time", "Stage", ["time/generation_s", "time/training_s", "async/wait_s"],
+     "seconds per iteration spent sampling, learning, and waiting for samples"),
+    ("overlap", "Stage", ["async/overlap_frac"], "fraction of sampling time that ran while the learner computed"),
     # episodes
     ("success rate", "Stage", ["success_rate", "episodes/success_rate"], "fraction of episodes that succeeded"),
     ("episode length", "Stage", ["episode_length", "episodes/length", "episodes/mean_length"], "turns per episode"),
