@@ -65,3 +65,27 @@ def test_imported_modules_parser():
               "import time:       120 |        120 |   torch._C\n"
               "import time:      9000 |      20000 | transformers\n")
     assert imported_modules(sample) == {"torch._C", "transformers"}
+
+
+def test_help_reads_no_yaml_and_builds_no_schema():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlft.cli", "--help"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = imported_modules(proc.stderr)
+    assert "rlft.config.stages" in modules
+    assert not modules & {"yaml", "rlft.config.schema", "rlft.config.compose", "rlft.config.validate"}
+
+
+def test_lazy_package_names_resolve_to_the_same_objects():
+    # rlft.config and rlft.rewards load their names on first use; `compose` and `validate` must stay the
+    # functions even once their modules of the same name are imported
+    code = ("import rlft.config.compose, rlft.config.validate, rlft.config as c, rlft.rewards as r\n"
+            "from rlft.config import compose, validate\n"
+            "assert compose is sys.modules['rlft.config.compose'].compose and c.compose is compose\n"
+            "assert validate is sys.modules['rlft.config.validate'].validate and c.validate is validate\n"
+            "assert all(getattr(c, n) is not None for n in c.__all__)\n"
+            "assert all(getattr(r, n) is not None for n in r.__all__)\n"
+            "from rlft.rewards import registry, SafeReward\n"
+            "assert SafeReward is sys.modules['rlft.rewards.safe'].SafeReward and registry.__name__ == 'rlft.rewards.registry'\n")
+    proc = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
