@@ -11,8 +11,11 @@ from typing import List, Optional
 
 import typer
 
-from rlft.config import ConfigError, Problem, compose, configs_dir, validate
-from rlft.config.schema import HARDWARE, STAGES
+from rlft.cli_coerce import install as _install_plain_coercion
+from rlft.config.errors import ConfigError, Problem
+from rlft.config.stages import HARDWARE, STAGES  # the help text needs only these names, not the schema
+
+_install_plain_coercion()  # string and path options without importing pydantic (typer 0.29+)
 
 # one place for the exit codes: `rlft --help` prints them and the README lists the same
 EXIT_CODES = (
@@ -75,6 +78,9 @@ def _print_problems(problems: list[Problem]) -> None:
 
 def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False):
     """Compose + validate, turning ConfigError into printed problems and exit code 2."""
+    from rlft.config.compose import compose
+    from rlft.config.validate import validate
+
     try:
         composed = compose(stage, hw, files or [], overrides or [])
         cfg, warnings = validate(composed, for_train=for_train)
@@ -135,7 +141,7 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 @app.command("list")
 def list_profiles() -> None:
     """List stages, hardware profiles and example configs, one line each."""
-    from rlft.config.compose import display_path
+    from rlft.config.compose import configs_dir, display_path
     from rlft.config.render import first_comment_line
     from rlft.stages import EXPERIMENTAL, RUNNERS
 

@@ -8,7 +8,6 @@ last, so a half-written one never looks finished.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,8 @@ def read_run_config(root: Path) -> dict:
 
 
 def config_hash(root: Path) -> str:
+    import hashlib  # here: loading OpenSSL costs a few ms of every validate-config, which rarely hashes
+
     return hashlib.sha256((root / "config.yaml").read_bytes()).hexdigest()[:12]
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import keyword
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
-from rlft.config.stages import STAGES, sampling_stages
+from rlft.config.stages import HARDWARE, STAGES, sampling_stages
 
-HARDWARE = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
 
 
@@ -349,8 +349,9 @@ def config_key(name: str) -> str:
     return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
 
 
+@cache  # every validation walks every section: resolve its string annotations once per process
 def section_fields(cls) -> dict[str, Any]:
-    """{YAML key: (dataclass field, type hint)} of one section."""
+    """{YAML key: (dataclass field, type hint)} of one section (shared: read it, do not change it)."""
     hints = get_type_hints(cls)
     return {config_key(f.name): (f, hints[f.name]) for f in fields(cls)}
 

@@ -124,6 +124,9 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
 STAGES: tuple[str, ...] = ("grpo", "ppo", "dpo", "orpo", "rs_sft", "awr")
 assert set(STAGES) == set(SPECS), "every stage needs a StageSpec"
 
+# `--hw` choices: the profiles in configs/hw/ (kept here beside STAGES so `rlft --help` needs no schema)
+HARDWARE: tuple[str, ...] = ("cpu", "mps", "rtx4090", "a100", "ddp", "fsdp")
+
 # Sections that belong to one stage: setting one while training another stage has no effect.
 STAGE_SECTIONS: dict[str, str] = {s.section: s.name for s in SPECS.values() if s.section}
 

@@ -1,34 +1,33 @@
 """Reward functions for RL fine-tuning: built-ins, spec resolution, and safe scoring.
 
 Importing this package stays light (no torch/transformers/trl) because
-``rlft validate-config`` resolves reward specs and must start fast.
+``rlft validate-config`` resolves reward specs and must start fast; the names below load on
+first use, so checking a reward spec does not load the scoring machinery (``safe``).
 """
 
-from rlft.rewards.builtin import (
-    char_fraction,
-    completion_text,
-    exact_match,
-    format_match,
-    json_valid,
-    length_penalty,
-    numeric_match,
-    regex_match,
-)
-from rlft.rewards.columns import required_columns, requires_columns
-from rlft.rewards.registry import (
-    BUILTIN_REWARDS,
-    RewardResolveError,
-    check_reward_spec,
-    resolve_reward_fn,
-    reward_short_name,
-)
-from rlft.rewards.safe import (
-    RewardFailureError,
-    RewardScores,
-    RewardSuite,
-    SafeReward,
-    build_reward_suite,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    **dict.fromkeys(("char_fraction", "completion_text", "exact_match", "format_match", "json_valid",
+                     "length_penalty", "numeric_match", "regex_match"), "builtin"),
+    **dict.fromkeys(("required_columns", "requires_columns"), "columns"),
+    **dict.fromkeys(("BUILTIN_REWARDS", "RewardResolveError", "check_reward_spec", "resolve_reward_fn",
+                     "reward_short_name"), "registry"),
+    **dict.fromkeys(("RewardFailureError", "RewardScores", "RewardSuite", "SafeReward", "build_reward_suite"), "safe"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"rlft.rewards.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BUILTIN_REWARDS",

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -150,6 +149,8 @@ def _load_file(module_part: str, spec: str, base_dir: str | Path | None) -> tupl
     if cache_key in _FILE_CACHE:
         # validate-then-train resolves twice; user files run once per version
         return _FILE_CACHE[cache_key], f"file {path}"
+    import hashlib  # here: loading OpenSSL costs every validate-config a few ms; only reward files need it
+
     # unique per file so two 'rewards.py' in different folders never collide
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     stem = re.sub(r"\W", "_", path.stem)
