@@ -11,11 +11,8 @@ from typing import List, Optional
 
 import typer
 
-from rlft.cli_coerce import install as _install_plain_coercion
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.stages import HARDWARE, STAGES  # the help text needs only these names, not the schema
-
-_install_plain_coercion()  # string and path options without importing pydantic (typer 0.29+)
 
 # one place for the exit codes: `rlft --help` prints them and the README lists the same
 EXIT_CODES = (
