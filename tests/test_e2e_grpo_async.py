@@ -138,3 +138,16 @@ def test_async_episodes_stay_within_the_lag(tmp_path):
     assert all(r["async/dropped"] == 0 and r["time/generation_s"] > 0 for r in rows)
     assert all(r["kl_sample_train_v2"] is not None for r in rows)
     assert len(read_jsonl(out / "completions.jsonl")) == 8 * 4  # whole episodes logged as in a synchronous run
+
+
+def test_async_ppo_loss_clips_against_the_learner(tmp_path):
+    """loss_fn ppo with a stale sampler: decoupled PPO weights the advantages by pi_learner / pi_sampler."""
+    out = tmp_path / "run"
+    res = _train(out, "train.max_steps=8", "data.eval_prompts=0", "grpo.loss_fn=ppo", "grpo.ppo_epochs=2",
+                 "grpo.async.max_steps_off_policy=2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert all(r["async/staleness_max"] is not None for r in rows)  # carried to the batch's second epoch step
+    stale = [r for r in rows if r["async/staleness_max"] > 0]
+    assert stale and all(r.get("async/behaviour_weight_mean") is not None for r in stale)
+    assert all(0 < r["async/behaviour_weight_mean"] <= 5 for r in stale)

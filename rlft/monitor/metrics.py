@@ -41,7 +41,8 @@ def normalise(logs: dict, stage: str) -> dict:
 # Measured once per generated batch; with num_substeps > 1 the later substeps train on the same
 # batch, so their records repeat its values rather than leaving gaps.
 BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "frac_reward_zero_std",
-              "completion_length", "kl_policy_ref", "kl_coef", "groups_removed", "reward_version")
+              "completion_length", "kl_policy_ref", "kl_coef", "groups_removed", "reward_version",
+              "async/staleness_mean", "async/staleness_max", "async/behaviour_weight_mean")
 
 
 def _is_batch_key(key: str) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["Generated", "GenerationWorker", "LearnerClock", "WeightBoard", "is_stale", "overlap_seconds",
-           "staleness_metrics"]
+           "sampler_copy", "staleness_metrics", "trainable_weights"]
 
 
 def is_stale(sampled_version: int, learner_iteration: int, max_steps_off_policy: int) -> bool:
@@ -54,6 +54,30 @@ def overlap_seconds(spans_a: list[tuple[float, float]], spans_b: list[tuple[floa
         for b0, b1 in spans_b:
             total += max(0.0, min(a1, b1) - max(a0, b0))
     return total
+
+
+def trainable_weights(policy) -> dict:
+    """A copy of the weights the learner trains (the adapter under LoRA): what the sampler needs each iteration."""
+    return {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
+
+
+def sampler_copy(policy):
+    """(sampler, load): a frozen copy of the policy in eval mode, and `load(weights)` that copies published
+    `trainable_weights` into it by name."""
+    import copy
+
+    import torch
+
+    sampler = copy.deepcopy(policy).eval()
+    sampler.requires_grad_(False)
+    params = dict(sampler.named_parameters())
+
+    def load(weights: dict) -> None:
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value)
+
+    return sampler, load
 
 
 class LearnerClock:

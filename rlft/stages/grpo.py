@@ -158,7 +158,8 @@ def grpo_trainer_class(cfg: RlftConfig):
     from rlft.trainers.grpo_async import AsyncGRPOTrainer, Overlap
 
     return AsyncGRPOTrainer, {"overlap": Overlap(max_steps_off_policy=lag or 0, num_minibatches=stream or 1,
-                                                 num_substeps=g.num_substeps, stream=stream is not None)}
+                                                 num_substeps=g.num_substeps, stream=stream is not None,
+                                                 decoupled=g.loss_fn == "ppo")}
 
 
 def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
 
-from rlft.rollout.offpolicy import GenerationWorker, LearnerClock, is_stale, staleness_metrics
+from rlft.algos import behaviour_weights
+from rlft.rollout.offpolicy import (
+    GenerationWorker, LearnerClock, is_stale, sampler_copy, staleness_metrics, trainable_weights,
+)
 from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 
 
@@ -41,6 +44,7 @@ class Overlap:
     num_minibatches: int = 1        # streaming: chunks per optimizer substep, gradients accumulated over them
     num_substeps: int = 1           # optimizer steps per iteration (grpo.num_substeps)
     stream: bool = False            # hand each batch over in num_substeps x num_minibatches chunks (else whole)
+    decoupled: bool = False         # loss_fn ppo: clip against the learner, weight by pi_learner / pi_sampler
 
     @property
     def chunks(self) -> int:
@@ -58,16 +62,12 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._pregenerated: dict | None = None
         self._chunk_index = 0
         self._clock = LearnerClock()
-        self._generated_rows = 0
         self._dropped_rows = 0          # completions dropped as too old, over the run
         self._dropped_since_log = 0
 
     # --- the sampler: a copy of the policy and TRL's generate path pointed at it ------------------
     def _make_worker(self, start: int) -> GenerationWorker:
-        policy = self.accelerator.unwrap_model(self.model)
-        sampler = copy.deepcopy(policy).eval()
-        sampler.requires_grad_(False)
-        params = dict(sampler.named_parameters())
+        sampler, load = sampler_copy(self.accelerator.unwrap_model(self.model))
         # TRL's generate path, on the copy: a shallow view of this trainer whose model is the sampler and
         # whose tokenizer and metrics are its own (fast tokenizers are not safe to share across threads)
         view = copy.copy(self)
@@ -92,11 +92,6 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
                     logps = self._sampler_logps(view, sampler, p, q, micro)
                 yield {"prompt_ids": p, "completion_ids": q, "logps": logps}
 
-        def load(weights: dict) -> None:
-            with torch.no_grad():
-                for name, value in weights.items():
-                    params[name].copy_(value)
-
         return GenerationWorker(self._prompt_batches(start), generate, load,
                                 self.overlap.max_steps_off_policy, self.overlap.chunks, first_version=start)
 
@@ -114,10 +109,6 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         ids, mask = torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device)
         logps = view._get_per_token_logps_and_entropies(sampler, ids, mask, c.size(1), batch_size=micro)[0]
         return logps.cpu()
-
-    def _trainable_weights(self) -> dict:
-        policy = self.accelerator.unwrap_model(self.model)
-        return {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 
     def _prompt_batches(self, start: int):
         """(iteration, rows) from the iteration `start` on, in the order TRL's sampler gives the dataloader
@@ -164,7 +155,7 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
                 self._metrics["train"][k].append(v)
             self._iteration += 1
         self._clock.begin()
-        self._worker.publish(self._iteration, self._trainable_weights())
+        self._worker.publish(self._iteration, trainable_weights(self.accelerator.unwrap_model(self.model)))
         self._buffered_inputs = []
         self._chunk_index = 0
 
@@ -173,7 +164,6 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         if item.batch != self._iteration:
             raise RuntimeError(f"sampler handed batch {item.batch} to iteration {self._iteration}")
         m = self._metrics["train"]
-        self._generated_rows += len(item.rows)
         if is_stale(item.version, self._iteration, self.overlap.max_steps_off_policy):
             self._dropped_rows += len(item.rows)
             self._dropped_since_log += len(item.rows)
@@ -189,10 +179,24 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
             out = self._generate_and_score_completions(item.rows)
         finally:
             self._pregenerated = None
+        if self.overlap.decoupled and staleness > 0:
+            self._decouple(out)
         self._chunk_index += 1
         out = _shuffle_groups(out, self.hooks.group_size)
         per_chunk = self.args.steps_per_generation // self.overlap.chunks
         return split_tensor_dict(out, per_chunk)
+
+    def _decouple(self, out: dict) -> None:
+        """Decoupled PPO for a stale batch (rlft.algos.behaviour_weights): PPO's clip against the learner's
+        log-probs now (one more forward pass), the sampler's lag as a truncated weight on the advantages.
+        Clipping against the stale sampler instead would leave most tokens outside the clip range."""
+        prox = self._logps(self.model, out, use_ref=False)
+        w = behaviour_weights(prox, out["old_per_token_logps"], out["completion_mask"].float())
+        adv = out["advantages"]
+        out["advantages"] = (adv.unsqueeze(1) if adv.dim() == 1 else adv) * w
+        out["old_per_token_logps"] = prox
+        mask = out["completion_mask"].float()
+        self._metrics["train"]["async/behaviour_weight_mean"].append(((w * mask).sum() / mask.sum().clamp(min=1)).item())
 
     def _starts_iteration(self) -> bool:
         return self._chunk_index == 0

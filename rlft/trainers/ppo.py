@@ -36,7 +36,9 @@ from rlft.algos import (
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
-from rlft.rollout.offpolicy import GenerationWorker, LearnerClock, is_stale, staleness_metrics
+from rlft.rollout.offpolicy import (
+    GenerationWorker, LearnerClock, is_stale, sampler_copy, staleness_metrics, trainable_weights,
+)
 
 @dataclass
 class PPOSettings:
@@ -347,9 +349,7 @@ class RlftPPOTrainer(Trainer):
         """A copy of the policy (with its own tokenizer and environments) sampling in a thread."""
         import copy
 
-        sampler = copy.deepcopy(self.policy).eval()
-        sampler.requires_grad_(False)
-        params = dict(sampler.named_parameters())
+        sampler, load = sampler_copy(self.policy)
         tools = (sampler, copy.deepcopy(self.processing_class), [])
         s = self.settings
 
@@ -364,11 +364,6 @@ class RlftPPOTrainer(Trainer):
                 batch["logp_behaviour"] = self._forward(sampler, batch, with_values=False)[0]
             yield batch
 
-        def load(weights):
-            with torch.no_grad():
-                for name, value in weights.items():
-                    params[name].copy_(value)
-
         def batches():
             update = first_update
             while update < s.num_updates:
@@ -380,8 +375,7 @@ class RlftPPOTrainer(Trainer):
         self._clock = LearnerClock()
 
     def _publish(self, update: int) -> None:
-        weights = {n: p.detach().clone() for n, p in self.policy.named_parameters() if p.requires_grad}
-        self._worker.publish(update, weights)
+        self._worker.publish(update, trainable_weights(self.policy))
 
     def _episode_metrics(self, episodes) -> dict:
         """Episode statistics (mean over processes), `reward`/`reward_std` = the episode return; the env
