@@ -25,3 +25,21 @@ def read_jsonl(path):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def interrupt_after_checkpoint(out, step, *args, timeout=300):
+    """Run `rlft ARGS...`, send SIGTERM once `out`'s checkpoint-STEP is complete, and return its stderr; the run
+    must exit 130 (interrupted, a resumable checkpoint written)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *map(str, args)], cwd=ROOT, env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + timeout
+    while not (Path(out) / "checkpoints" / f"checkpoint-{step}" / "rlft_complete").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 130, err[-2000:]
+    return err

@@ -1,16 +1,11 @@
 """Streaming minibatches and async off-policy GRPO through the CLI on the built-in tiny model (CPU)."""
 
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 
 import pytest
 
-from conftest import ROOT, read_jsonl, run_cli
+from conftest import ROOT, interrupt_after_checkpoint, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/grpo_demo.yaml"
@@ -73,17 +68,8 @@ def test_streaming_takes_the_optimizer_steps_of_num_substeps(tmp_path):
 def test_interrupted_async_run_resumes_with_empty_queues(tmp_path):
     out = tmp_path / "run"
     args = ["train.max_steps=10", "train.save_steps=3", "grpo.async.max_steps_off_policy=2"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
-                             f"train.output_dir={out}", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "checkpoint-3" / "rlft_complete").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-2000:]
+    interrupt_after_checkpoint(out, 3, "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
+                               f"train.output_dir={out}", *args)
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl"))
     assert stopped_at < 10
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *args, "--resume")

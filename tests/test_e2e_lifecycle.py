@@ -2,14 +2,12 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, read_jsonl, run_cli
+from conftest import interrupt_after_checkpoint, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/grpo_demo.yaml"
@@ -23,17 +21,8 @@ def _train(out, *extra, env=None):
 
 def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
-                             f"train.output_dir={out}", *SHORT], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "checkpoint-3" / "rlft_complete").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-2000:]  # interrupted, checkpoint written
+    err = interrupt_after_checkpoint(out, 3, "train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO,
+                                     f"train.output_dir={out}", *SHORT)
     assert "--resume" in err
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl"))
     assert stopped_at < 8

@@ -1,16 +1,11 @@
 """End-to-end PPO runs through the CLI on the built-in tiny model (CPU)."""
 
 import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
 
 import pytest
 
-from conftest import ROOT, read_jsonl, run_cli
+from conftest import interrupt_after_checkpoint, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/ppo_demo.yaml"
@@ -69,16 +64,8 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
     short = ["ppo.num_episodes=128", "ppo.save_interval=32", "ppo.init_kl_coef=0.05", "ppo.adaptive_kl=true",
              "ppo.kl_horizon=100", "monitor.on_critical=warn"]
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", "train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO,
-                             f"train.output_dir={out}", *short], cwd=ROOT, env={**os.environ},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-2000:]  # interrupted, checkpoint written
+    interrupt_after_checkpoint(out, 2, "train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                               *short)
     stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r)
     assert stopped_at < 8
     state = json.loads((out / "checkpoints" / f"checkpoint-{stopped_at}" / "rlft_state.json").read_text())

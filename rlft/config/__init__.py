@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sys
 import types
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from rlft.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from rlft.config.compose import CLI_LAYER, Composed, compose, configs_dir
@@ -26,13 +27,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"rlft.config.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _WHERE)
 
 
 class _Package(types.ModuleType):

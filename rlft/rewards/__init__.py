@@ -7,8 +7,7 @@ first use, so checking a reward spec does not load the scoring machinery (``safe
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from rlft.lazy import lazy_attributes
 
 _WHERE = {
     **dict.fromkeys(("char_fraction", "completion_text", "exact_match", "format_match", "json_valid",
@@ -19,15 +18,7 @@ _WHERE = {
     **dict.fromkeys(("RewardFailureError", "RewardScores", "RewardSuite", "SafeReward", "build_reward_suite"), "safe"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"rlft.rewards.{module}"), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_attributes(__name__, _WHERE)
 
 __all__ = [
     "BUILTIN_REWARDS",
