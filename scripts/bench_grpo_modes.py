@@ -6,7 +6,7 @@ the `time` column of metrics.jsonl between the first and the last step, so start
 evaluations are left out. Also printed: the mean sampling time, learner time and overlap fraction the
 async modes log. Pass extra `key=value` overrides after `--` (e.g. `-- grpo.max_tokens=64`).
 
-    python scripts/bench_grpo_modes.py [--steps 40] [--lag 2] [--minibatches 2] [-- key=value ...]
+    python scripts/bench_grpo_modes.py [--steps 40] [--lag 2] [--minibatches 2] [--config FILE] [-- key=value ...]
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "rlft" / "configs" / "examples" / "grpo_demo.yaml"
 
 
-def run(mode: str, extra: list[str], steps: int, folder: Path) -> dict:
+def run(mode: str, extra: list[str], steps: int, folder: Path, config: Path = DEMO) -> dict:
     out = folder / mode.split()[0]
-    cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", str(DEMO),
+    cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", str(config),
            f"train.output_dir={out}", f"train.max_steps={steps}", f"train.save_steps={steps}", "data.eval_prompts=0",
            *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -47,6 +47,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--lag", type=int, default=2, help="max_steps_off_policy of the async mode")
     p.add_argument("--minibatches", type=int, default=2, help="num_minibatches of the streaming mode")
+    p.add_argument("--config", type=Path, default=DEMO,
+                   help="GRPO config (e.g. rlft/configs/examples/tool_use_grpo.yaml: episodes, no streaming)")
     p.add_argument("extra", nargs="*", help="overrides for every mode, after --")
     a = p.parse_args()
     modes = {
@@ -54,8 +56,10 @@ def main() -> int:
         f"async (max_steps_off_policy {a.lag})": [f"grpo.async.max_steps_off_policy={a.lag}"],
         f"streaming (num_minibatches {a.minibatches})": [f"grpo.stream_minibatch.num_minibatches={a.minibatches}"],
     }
+    if "tool_use" in a.config.name:  # episodes: streaming is for single-turn completions
+        modes.popitem()
     with tempfile.TemporaryDirectory() as tmp:
-        results = {m: run(m, [*a.extra, *o], a.steps, Path(tmp)) for m, o in modes.items()}
+        results = {m: run(m, [*a.extra, *o], a.steps, Path(tmp), a.config) for m, o in modes.items()}
     base = results["sync"]["steps_per_s"]
     print(f"{'mode':34} {'steps/s':>8} {'vs sync':>8} {'sample s':>9} {'learn s':>8} {'overlap':>8} "
           f"{'stale':>6} {'reward':>7}")
