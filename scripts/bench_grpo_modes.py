@@ -56,7 +56,9 @@ def main() -> int:
         f"async (max_steps_off_policy {a.lag})": [f"grpo.async.max_steps_off_policy={a.lag}"],
         f"streaming (num_minibatches {a.minibatches})": [f"grpo.stream_minibatch.num_minibatches={a.minibatches}"],
     }
-    if "tool_use" in a.config.name:  # episodes: streaming is for single-turn completions
+    import yaml
+
+    if (yaml.safe_load(a.config.read_text()).get("env") or {}).get("name"):  # streaming: single-turn only
         modes.popitem()
     with tempfile.TemporaryDirectory() as tmp:
         results = {m: run(m, [*a.extra, *o], a.steps, Path(tmp), a.config) for m, o in modes.items()}
