@@ -373,7 +373,7 @@ class RunContext:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
         if self.rank == 0:
-            for path in (self.run.metrics, self.run.completions, self.run.health):
+            for path in (self.run.metrics, self.run.completions, self.run.health, self.run.root / "reward_logs.jsonl"):
                 drop_rows_after(path, step)
         if self.config_changes and self.rank == 0:  # the run goes on with the new values: record them
             self.run.config.rename(self.run.root / f"config.step-{step}.yaml")

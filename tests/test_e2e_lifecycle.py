@@ -35,6 +35,8 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
     assert f"from step {stopped_at} to step 8" in res.stderr
     steps = [r["step"] for r in read_jsonl(out / "metrics.jsonl")]
     assert steps == list(range(1, 9))  # numbering continues, nothing repeated or skipped
+    logged = [(r["step"], r["reward"]) for r in read_jsonl(out / "reward_logs.jsonl")]
+    assert sorted(logged) == [(s, "char_fraction") for s in range(1, 9)]  # the retrained steps' rows once
 
     ref = tmp_path / "ref"
     assert _train(ref).returncode == 0
