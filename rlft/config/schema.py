@@ -158,6 +158,11 @@ class AWRConfig:
 
 
 @dataclass
+class AsyncConfig:
+    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: a sampler copy of the policy runs up to this many training iterations (GRPO) or updates (PPO) ahead of the learner, with weights at most that old; an older batch is dropped (counted) and re-sampled. The loss corrects for the lag with the sampler's log-probs (importance sampling; PPO clips against the learner and weights by pi_learner / pi_sampler). Start below 5. null = synchronous.", ge=1, le=64)
+
+
+@dataclass
 class PPOConfig:
     batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
     mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
@@ -181,17 +186,13 @@ class PPOConfig:
     temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
     max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the policy samples the next updates' episodes while the learner trains.", factory=AsyncConfig)
 
 
 @dataclass
 class StreamMinibatchConfig:
     groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: grpo.batch_size (null = grpo.batch_size; another value is refused).", ge=1)
     num_minibatches: Optional[int] = F(None, "Streaming: forward/backward passes per optimizer substep, each on whole groups as soon as they are sampled, with their advantages and KL computed per minibatch; training starts on the first while the rest are sampled. Still on-policy. null = off.", ge=1, le=64)
-
-
-@dataclass
-class AsyncConfig:
-    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: sampling runs up to this many training iterations ahead of the learner, with weights at most this many iterations old; an older batch is dropped (counted) and re-sampled. Needs loss_fn importance_sampling or ppo (both correct for the lag with the sampler's log-probs). Start below 5. null = synchronous.", ge=1, le=64)
 
 
 @dataclass

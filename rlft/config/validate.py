@@ -168,6 +168,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             f"epochs: 16 optimizer steps per generation)")
     if c.stage == "grpo":
         _check_grpo_sampling(g, err)
+    nproc = g("hw.num_processes")
+    if c.stage == "ppo" and isinstance(g("ppo.async.max_steps_off_policy"), int) and isinstance(nproc, int) and nproc > 1:
+        err("ppo.async.max_steps_off_policy", f"async training runs in one process (the sampler is an in-process copy "
+            f"of the policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:

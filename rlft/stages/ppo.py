@@ -28,7 +28,7 @@ def ppo_settings(cfg: RlftConfig):
         save_every=episodes_to_updates(p.save_interval, p.batch_size),
         temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
         seed=cfg.train.seed, max_episode_length=cfg.env.max_episode_length,
-        max_seq_length=cfg.train.max_seq_length)
+        max_seq_length=cfg.train.max_seq_length, max_steps_off_policy=p.async_.max_steps_off_policy)
 
 
 def training_arguments(cfg: RlftConfig, output_dir: str):
