@@ -154,23 +154,38 @@ def _load_file(module_part: str, spec: str, base_dir: str | Path | None) -> tupl
     # unique per file so two 'rewards.py' in different folders never collide
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     stem = re.sub(r"\W", "_", path.stem)
-    mod_name = f"_rlft_user_rewards_{stem}_{digest}"
-    mod_spec = importlib.util.spec_from_file_location(mod_name, path)
-    if mod_spec is None or mod_spec.loader is None:
-        raise RewardResolveError(f"cannot load {path} as a Python module for reward {spec!r}")
-    module = importlib.util.module_from_spec(mod_spec)
-    # registered first so dataclasses/pickling inside the file can find it
-    sys.modules[mod_name] = module
     try:
-        with _extra_sys_path([path.parent, *dirs]):
-            mod_spec.loader.exec_module(module)
+        module = import_file(path, f"_rlft_user_rewards_{stem}_{digest}", dirs)
+    except NotAModule as exc:
+        raise RewardResolveError(f"cannot load {path} as a Python module for reward {spec!r}") from exc
     except (Exception, SystemExit) as exc:  # sys.exit() at import must not end the run
-        sys.modules.pop(mod_name, None)
         raise RewardResolveError(
             f"error while importing reward file {path} for {spec!r}: {_describe_exc(exc)}"
         ) from exc
     _FILE_CACHE[cache_key] = module
     return module, f"file {path}"
+
+
+class NotAModule(ImportError):
+    """A file importlib cannot load as a Python module at all."""
+
+
+def import_file(path: Path, name: str, dirs: list[Path] = ()) -> ModuleType:
+    """Import the Python file `path` as a new module `name`, with its folder and `dirs` importable while it
+    runs; registered in sys.modules first (dataclasses and pickling inside the file look it up), removed again
+    when the import fails. NotAModule when the file cannot be a module; the file's own exception otherwise."""
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise NotAModule(f"cannot load {path}")
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module
+    try:
+        with _extra_sys_path([path.parent, *dirs]):
+            mod_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def _load_module(module_part: str, spec: str, base_dir: str | Path | None) -> tuple[ModuleType, str]:

@@ -10,14 +10,13 @@ Every accepted change bumps `version`, which the trainer writes into each metric
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import math
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
+from rlft.rewards.registry import import_file
 from rlft.rewards.safe import RewardSuite, SafeReward
 
 __all__ = ["RewardReloader"]
@@ -47,20 +46,7 @@ def _fresh_function(path: Path, attr_path: str):
     edit turns out broken."""
     digest = hashlib.sha1(path.read_bytes()).hexdigest()[:10]
     stem = re.sub(r"\W", "_", path.stem)
-    name = f"_rlft_reloaded_{stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    finally:
-        sys.path.remove(str(path.parent))
+    module = import_file(path, f"_rlft_reloaded_{stem}_{digest}")
     obj: Any = module
     for part in attr_path.split("."):
         obj = getattr(obj, part)
