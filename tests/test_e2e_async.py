@@ -84,31 +84,44 @@ def test_interrupted_async_run_resumes_with_empty_queues(tmp_path):
 TOOL_GRPO = "configs/examples/tool_use_grpo.yaml"
 
 
-def test_zero_lag_async_episodes_train_exactly_like_synchronous(tmp_path, monkeypatch):
-    """GRPO over multi-turn episodes on rlft's loop: the async sampler (a copy of the policy with its own
-    environments, behaviour log-probs from its own forward pass) with zero lag gives the synchronous run's
-    weights bit for bit. Zero lag is below what the config accepts, so it is set on the loop's settings."""
+def _sync_then_zero_lag(tmp_path, monkeypatch, stage, config, settings_name, *overrides):
+    """Run folders of the same short run twice, in process: synchronous, then with the loop's settings patched
+    to max_steps_off_policy 0 (below what the config accepts)."""
     import dataclasses
+    import importlib
 
-    from safetensors.torch import load_file
     from typer.testing import CliRunner
 
-    import rlft.stages.grpo_episodes as stage
     from rlft.cli import app
 
     def train(name):
         out = tmp_path / name
-        res = CliRunner().invoke(app, ["train", "--stage", "grpo", "--hw", "cpu", "-c", str(ROOT / "rlft" / TOOL_GRPO),
-                                       f"train.output_dir={out}", "train.max_steps=3", "data.eval_prompts=0"])
+        res = CliRunner().invoke(app, ["train", "--stage", stage, "--hw", "cpu", "-c", str(ROOT / "rlft" / config),
+                                       f"train.output_dir={out}", "data.eval_prompts=0", *overrides])
         assert res.exit_code == 0, res.output[-3000:]
         return out
 
     sync = train("sync")
-    real = stage.settings
-    monkeypatch.setattr(stage, "settings", lambda cfg, n: dataclasses.replace(real(cfg, n), max_steps_off_policy=0))
-    lagged = train("async")
-    a, b = (load_file(str(o / "final" / "adapter_model.safetensors")) for o in (sync, lagged))
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    module = importlib.import_module(f"rlft.stages.{'grpo_episodes' if stage == 'grpo' else stage}")
+    real = getattr(module, settings_name)
+    monkeypatch.setattr(module, settings_name,
+                        lambda *a: dataclasses.replace(real(*a), max_steps_off_policy=0))
+    return sync, train("async")
+
+
+def _same_tensors(a_dir, b_dir, name):
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(a_dir / "final" / name)), load_file(str(b_dir / "final" / name))
+    return a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_zero_lag_async_episodes_train_exactly_like_synchronous(tmp_path, monkeypatch):
+    """GRPO over multi-turn episodes on rlft's loop: the async sampler (a copy of the policy with its own
+    environments, behaviour log-probs from its own forward pass) with zero lag gives the synchronous run's
+    weights bit for bit."""
+    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "grpo", TOOL_GRPO, "settings", "train.max_steps=3")
+    assert _same_tensors(sync, lagged, "adapter_model.safetensors")
     rows = read_jsonl(lagged / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
     assert [r["reward"] for r in rows] == [r["reward"] for r in read_jsonl(sync / "metrics.jsonl")]
@@ -145,29 +158,9 @@ PPO_DEMO = "configs/examples/ppo_demo.yaml"
 
 def test_zero_lag_async_ppo_trains_exactly_like_synchronous(tmp_path, monkeypatch):
     """PPO (value head, GAE) with the async sampler at zero lag: the same weights bit for bit."""
-    import dataclasses
-
-    from safetensors.torch import load_file
-    from typer.testing import CliRunner
-
-    import rlft.stages.ppo as stage
-    from rlft.cli import app
-
-    def train(name):
-        out = tmp_path / name
-        res = CliRunner().invoke(app, ["train", "--stage", "ppo", "--hw", "cpu", "-c", str(ROOT / "rlft" / PPO_DEMO),
-                                       f"train.output_dir={out}", "ppo.num_episodes=48", "data.eval_prompts=0"])
-        assert res.exit_code == 0, res.output[-3000:]
-        return out
-
-    sync = train("sync")
-    real = stage.ppo_settings
-    monkeypatch.setattr(stage, "ppo_settings", lambda cfg: dataclasses.replace(real(cfg), max_steps_off_policy=0))
-    lagged = train("async")
-    a, b = (load_file(str(o / "final" / "adapter_model.safetensors")) for o in (sync, lagged))
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    va, vb = (load_file(str(o / "final" / "value_head.safetensors")) for o in (sync, lagged))
-    assert all((va[k] == vb[k]).all() for k in va)
+    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "ppo", PPO_DEMO, "ppo_settings", "ppo.num_episodes=48")
+    assert _same_tensors(sync, lagged, "adapter_model.safetensors")
+    assert _same_tensors(sync, lagged, "value_head.safetensors")
     rows = [r for r in read_jsonl(lagged / "metrics.jsonl") if "reward" in r]
     assert rows and all(r["async/staleness_max"] == 0 for r in rows)
 
