@@ -105,3 +105,32 @@ def test_broken_reward_edit_keeps_version_1_and_the_run_finishes(tmp_path):
     assert [r["reward_version"] for r in rows] == [1, 1, 1, 1]
     assert all(r["rewards/evolving/mean"] == 0.0 for r in rows)
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.e2e
+def test_ppo_picks_up_a_changed_reward(tmp_path):
+    reward = tmp_path / "evolving.py"
+    source = (ROOT / "tests" / "fixtures" / "evolving_reward.py").read_text()
+    v2 = "def evolving(prompts, completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    source = source.replace('EDIT = "def evolving', f'EDIT = {v2!r}\nOLD_EDIT = "def evolving')
+    reward.write_text(source.replace('WEIGHTS = ""', "WEIGHTS = ''"))
+    out = tmp_path / "run"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"rewards:\n  - fn: {reward}:evolving\n    kwargs: {{overrides: {out / 'overrides.yaml'}}}\n"
+                   "  - fn: char_fraction\nmonitor:\n  reward_hot_reload: true\n")
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", "configs/examples/ppo_demo.yaml", "-c", cfg,
+                  f"train.output_dir={out}", "ppo.num_episodes=64", "data.eval_prompts=0", "monitor.log_completions=-1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "hot reload: reward 'evolving': reloaded evolving.py" in res.stderr
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "reward" in r]
+    assert [r["reward_version"] for r in rows] == [1, 1, 2, 2]
+    assert [r["rewards/evolving/mean"] for r in rows] == [0.0, 0.0, 1.0, 1.0]
+    comps = read_jsonl(out / "completions.jsonl")
+    assert {(c["step"], c["reward_version"]) for c in comps} == {(1, 1), (2, 1), (3, 2), (4, 2)}
+
+
+def test_hot_reload_on_a_stage_that_does_not_reload_is_a_warning():
+    from test_cli_validate import cli
+
+    res = cli("validate-config", "--stage", "dpo", "--hw", "cpu", "monitor.reward_hot_reload=true")
+    assert "monitor.reward_hot_reload" in res.stderr and "does not reload" in res.stderr

@@ -168,6 +168,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             f"epochs: 16 optimizer steps per generation)")
     if c.stage == "grpo":
         _check_grpo_sampling(g, err)
+    if g("monitor.reward_hot_reload") is True and (c.stage not in ("grpo", "ppo") or g("env.name")):
+        err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of GRPO and PPO; "
+            f"stage `{c.stage}`{' with env.name (episodes score through the environment)' if g('env.name') else ''} "
+            f"does not reload them", "warning")
     nproc = g("hw.num_processes")
     if c.stage == "ppo" and isinstance(g("ppo.async.max_steps_off_policy"), int) and isinstance(nproc, int) and nproc > 1:
         err("ppo.async.max_steps_off_policy", f"async training runs in one process (the sampler is an in-process copy "

@@ -176,5 +176,6 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             env_factory=env_factory,
             env_guard=env_guard,
             episode_eval_rows=evals,
+            overrides_path=str(ctx.run.root / "overrides.yaml") if cfg.monitor.reward_hot_reload and suite else None,
         )
         return ctx.train(trainer, tokenizer)

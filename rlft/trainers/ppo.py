@@ -20,6 +20,7 @@ skipped by GAE, so the advantage runs across the whole episode (verl's multi-tur
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -90,7 +91,7 @@ class RlftPPOTrainer(Trainer):
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None,
                  completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
                  ref_model=None, env_factory=None, env_guard=None, episode_eval_rows: list[dict] | None = None,
-                 reward_logs_path: str | None = None):
+                 reward_logs_path: str | None = None, overrides_path: str | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.settings = s = settings
         self.train_rows = train_rows
@@ -101,6 +102,11 @@ class RlftPPOTrainer(Trainer):
         if reward_suite is not None:
             reward_suite.capture_logs(reward_logs_path is not None)
         self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
+        self.reloader = None  # monitor.reward_hot_reload: changed reward files and overrides.yaml, per update
+        if overrides_path is not None and reward_suite is not None:
+            from rlft.rewards.reload import RewardReloader
+
+            self.reloader = RewardReloader(reward_suite, overrides_path)
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
         self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
                                          s.kl_horizon)
@@ -230,6 +236,8 @@ class RlftPPOTrainer(Trainer):
 
     def _score(self, rows: list[dict], rollouts, count: bool = True):
         columns = {k: [row.get(k) for row in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+        if self.reloader is not None:
+            self.reloader.remember(rollouts.row_prompt_texts(), rollouts.completions, columns)
         scores = score(rollouts, self.reward_suite, columns, count=count)  # may stop the run (failure guard)
         totals = torch.tensor([float("nan") if t is None else t for t in scores.total], device=self.accelerator.device)
         return scores, totals
@@ -270,6 +278,7 @@ class RlftPPOTrainer(Trainer):
         if episodes is not None:
             reward_metrics = self._episode_metrics(episodes)
         else:
+            self._reload_rewards()
             batch["scores"], scores_B = self._score(rows, batch["rollouts"])
             reward_metrics = self.reward_suite.metrics()
             logs = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
@@ -307,9 +316,19 @@ class RlftPPOTrainer(Trainer):
             "explained_variance": explained_variance(values_old * mask, returns_BT, mask),
             "completion_length": self._mean(mask.sum(1).mean()),
             "frac_unscored": self._mean((~valid).float().mean()),
+            **({"reward_version": float(self.reloader.version)} if self.reloader is not None else {}),
             **self._sample_train_kl(batch, logp_old, mask),
         }
         return batch
+
+    def _reload_rewards(self) -> None:
+        """Changed reward files and overrides.yaml take effect from this update (every rank checks the same files);
+        the reloaded function is probed on a completion of the last update."""
+        if self.reloader is None:
+            return
+        for message in self.reloader.check():
+            if self.accelerator.is_main_process:
+                logging.getLogger("rlft").warning("hot reload: %s", message)
 
     def _behaviour_logps(self, batch: dict):
         """(logp_old, values, logits, logp_BTV, weights_BT): the learner's forward pass over the batch. Its
@@ -471,7 +490,9 @@ class RlftPPOTrainer(Trainer):
             return
         self.completion_log.write_rollouts(self.state.global_step, batch["rollouts"], batch["scores"],
                                            advantages=[round(float(a), 6) for a in adv_B],
-                                           extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]]})
+                                           extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]],
+                                                  **({"reward_version": [self.reloader.version] * len(adv_B)}
+                                                     if self.reloader is not None else {})})
 
     # --- the loop ------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | None = None, **kwargs):
