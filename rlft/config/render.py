@@ -196,6 +196,7 @@ def explain_notes(cfg: RlftConfig) -> list[str]:
     notes.append("# " + chat_template_note(cfg))
     if cfg.stage == "grpo":
         notes.append("# " + grpo_layout_note(cfg))
-        if grpo_overlap_note(cfg):
-            notes.append("# " + grpo_overlap_note(cfg))
+        overlap = grpo_overlap_note(cfg)
+        if overlap:
+            notes.append("# " + overlap)
     return notes

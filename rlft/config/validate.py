@@ -172,10 +172,12 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of GRPO and PPO; "
             f"stage `{c.stage}`{' with env.name (episodes score through the environment)' if g('env.name') else ''} "
             f"does not reload them", "warning")
+    ahead = [k for k in (f"{c.stage}.async.max_steps_off_policy", f"{c.stage}.stream_minibatch.num_minibatches")
+             if k in SPECS and isinstance(g(k), int)]
     nproc = g("hw.num_processes")
-    if c.stage == "ppo" and isinstance(g("ppo.async.max_steps_off_policy"), int) and isinstance(nproc, int) and nproc > 1:
-        err("ppo.async.max_steps_off_policy", f"async training runs in one process (the sampler is an in-process copy "
-            f"of the policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
+    if ahead and isinstance(nproc, int) and nproc > 1:
+        err(ahead[0], f"streaming and async training run in one process (the sampler is an in-process copy of the "
+            f"policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:
@@ -294,14 +296,9 @@ def _check_grpo_sampling(g, err) -> None:
             f"= {per} groups, which {nm} minibatches cannot share equally (groups stay whole); use one of "
             f"{', '.join(map(str, ok))}")
     overlap = isinstance(nm, int) or isinstance(k, int)
-    which = "grpo.async.max_steps_off_policy" if isinstance(k, int) else "grpo.stream_minibatch.num_minibatches"
     if isinstance(nm, int) and g("env.name"):
         err("grpo.stream_minibatch.num_minibatches", "streaming is built for single-turn completions; multi-turn "
             "episodes (env.name) sample a whole update at once (async, grpo.async, works with them)")
-    nproc = g("hw.num_processes")
-    if overlap and isinstance(nproc, int) and nproc > 1:
-        err(which, f"streaming and async training run in one process (the sampler is an in-process copy of the "
-            f"policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
     backend = g("grpo.generation_backend")
     if backend == "vllm":
         import importlib.util

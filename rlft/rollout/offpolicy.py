@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 __all__ = ["Generated", "GenerationWorker", "LearnerClock", "WeightBoard", "is_stale", "overlap_seconds",
-           "sampler_copy", "staleness_metrics", "trainable_weights"]
+           "sampler_copy", "staleness_metrics", "take_fresh", "trainable_weights"]
 
 
 def is_stale(sampled_version: int, learner_iteration: int, max_steps_off_policy: int) -> bool:
@@ -115,6 +115,17 @@ class LearnerClock:
                 "async/overlap_frac": overlap_seconds(spans, busy) / sampling if sampling > 0 else 0.0}
 
 
+def take_fresh(worker: "GenerationWorker", clock: LearnerClock, iteration: int,
+               max_steps_off_policy: int) -> tuple["Generated", int | None]:
+    """The learner's next chunk, which must be meant for `iteration`, and its staleness; None instead of the
+    staleness when it is older than the limit (the caller drops it and samples again)."""
+    item = clock.wait(worker.take)
+    if item.batch != iteration:
+        raise RuntimeError(f"the sampler handed batch {item.batch} to iteration {iteration}")
+    stale = is_stale(item.version, iteration, max_steps_off_policy)
+    return item, None if stale else iteration - item.version
+
+
 class WeightBoard:
     """The newest published learner weights and their version; the worker waits on it."""
 
@@ -141,11 +152,6 @@ class WeightBoard:
             if self._closed:
                 return None
             return self._version, self._weights
-
-    @property
-    def version(self) -> int:
-        with self._cond:
-            return self._version
 
 
 @dataclass

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
 
-from rlft.algos import behaviour_weights
+from rlft.algos import behaviour_weights, masked_mean
 from rlft.rollout.offpolicy import (
-    GenerationWorker, LearnerClock, is_stale, sampler_copy, staleness_metrics, trainable_weights,
+    GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
 from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 
@@ -160,18 +160,14 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         self._chunk_index = 0
 
     def _next_chunk(self) -> list[dict]:
-        item = self._clock.wait(self._worker.take)
-        if item.batch != self._iteration:
-            raise RuntimeError(f"sampler handed batch {item.batch} to iteration {self._iteration}")
+        item, staleness = take_fresh(self._worker, self._clock, self._iteration, self.overlap.max_steps_off_policy)
         m = self._metrics["train"]
-        if is_stale(item.version, self._iteration, self.overlap.max_steps_off_policy):
+        if staleness is None:  # too old: re-sampled now by the learner, on-policy
             self._dropped_rows += len(item.rows)
             self._dropped_since_log += len(item.rows)
-            self._pregenerated = None  # re-sampled now by the learner: on-policy
-            staleness = 0
+            self._pregenerated, staleness = None, 0
         else:
             self._pregenerated = item.payload
-            staleness = self._iteration - item.version
         m["time/generation_s"].append(item.span[1] - item.span[0])
         for k, v in staleness_metrics([staleness]).items():
             m[k].append(v)
@@ -195,8 +191,7 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         adv = out["advantages"]
         out["advantages"] = (adv.unsqueeze(1) if adv.dim() == 1 else adv) * w
         out["old_per_token_logps"] = prox
-        mask = out["completion_mask"].float()
-        self._metrics["train"]["async/behaviour_weight_mean"].append(((w * mask).sum() / mask.sum().clamp(min=1)).item())
+        self._metrics["train"]["async/behaviour_weight_mean"].append(masked_mean(w, out["completion_mask"]).item())
 
     def _starts_iteration(self) -> bool:
         return self._chunk_index == 0
@@ -212,12 +207,8 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
     def _trl_generate_and_score(self, inputs) -> dict:
         pre = self._pregenerated
         out = super()._trl_generate_and_score(inputs)
-        if pre is not None:
-            logps = pre["logps"].to(out["completion_ids"].device)
-            width = out["completion_ids"].size(1)
-            if logps.size(1) != width:  # same rows, same padding: only a changed pad_to_multiple_of lands here
-                logps = torch.nn.functional.pad(logps, (0, width - logps.size(1)))[:, :width]
-            out["old_per_token_logps"] = logps  # the sampler's: TRL's ratio is pi_learner / pi_sampler
+        if pre is not None:  # the sampler's, padded as TRL padded these rows: TRL's ratio is pi_learner / pi_sampler
+            out["old_per_token_logps"] = pre["logps"].to(out["completion_ids"].device)
         if self.overlap.chunks > 1:  # TRL's dapo normaliser expects the whole batch's token count
             out["num_items_in_batch"] = out["num_items_in_batch"] * self.overlap.chunks
         return out

@@ -38,7 +38,7 @@ from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.offpolicy import (
-    GenerationWorker, LearnerClock, is_stale, sampler_copy, staleness_metrics, trainable_weights,
+    GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
 
 @dataclass
@@ -196,10 +196,13 @@ class RlftPPOTrainer(Trainer):
         st = self.settings
         return SamplingParams(temperature=st.temperature, top_p=st.top_p, max_new_tokens=st.max_tokens)
 
-    def _envs_for(self, n: int) -> list:
-        while len(self._envs) < n:  # one instance per episode slot, reused across updates
-            self._envs.append(self.env_factory())
-        return self._envs[:n]
+    def _envs_for(self, n: int, pool: list | None = None) -> list:
+        """n environment instances from `pool` (the learner's by default), one per episode slot, reused across
+        updates."""
+        pool = self._envs if pool is None else pool
+        while len(pool) < n:
+            pool.append(self.env_factory())
+        return pool[:n]
 
     def _sample_episodes(self, rows: list[dict], sampler=None) -> dict:
         """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
@@ -354,32 +357,24 @@ class RlftPPOTrainer(Trainer):
         when it is older than the limit)."""
         if self._worker is None:
             return self._sample(rows)
-        item = self._clock.wait(self._worker.take)
-        if item.batch != update:
-            raise RuntimeError(f"the sampler handed batch {item.batch} to update {update}")
+        item, staleness = take_fresh(self._worker, self._clock, update, self.settings.max_steps_off_policy)
         self._async_metrics["time/generation_s"] = item.span[1] - item.span[0]
-        if is_stale(item.version, update, self.settings.max_steps_off_policy):
-            self._async_metrics.update(staleness_metrics([0]), **{"async/dropped": float(len(rows))})
-            return self._sample(rows)
-        self._async_metrics.update(staleness_metrics([update - item.version]), **{"async/dropped": 0.0})
-        return item.payload
+        self._async_metrics["async/dropped"] = float(len(rows)) if staleness is None else 0.0
+        self._async_metrics.update(staleness_metrics([staleness or 0]))
+        return self._sample(rows) if staleness is None else item.payload
 
     def _start_sampler(self, first_update: int) -> None:
         """A copy of the policy (with its own tokenizer and environments) sampling in a thread."""
         import copy
 
         sampler, load = sampler_copy(self.policy)
-        tools = (sampler, copy.deepcopy(self.processing_class), [])
+        tokenizer, envs = copy.deepcopy(self.processing_class), []  # its own: neither is safe to share with a thread
         s = self.settings
-
-        def envs_for(n):  # the sampler's own environment instances
-            while len(tools[2]) < n:
-                tools[2].append(self.env_factory())
-            return tools[2][:n]
 
         def generate(rows, chunks):
             with torch.no_grad():
-                batch = self._sample(rows, (sampler, tools[1], envs_for(len(rows)) if self.env_factory else None))
+                pool = self._envs_for(len(rows), envs) if self.env_factory else None
+                batch = self._sample(rows, (sampler, tokenizer, pool))
                 batch["logp_behaviour"] = self._forward(sampler, batch, with_values=False)[0]
             yield batch
 
@@ -392,9 +387,6 @@ class RlftPPOTrainer(Trainer):
         self._worker = GenerationWorker(batches(), generate, load, s.max_steps_off_policy,
                                         first_version=first_update).start()
         self._clock = LearnerClock()
-
-    def _publish(self, update: int) -> None:
-        self._worker.publish(update, trainable_weights(self.policy))
 
     def _episode_metrics(self, episodes) -> dict:
         """Episode statistics (mean over processes), `reward`/`reward_std` = the episode return; the env
@@ -526,8 +518,9 @@ class RlftPPOTrainer(Trainer):
             if s.max_steps_off_policy is not None:  # the sampler may start on this update's weights
                 if self._worker is None:
                     self._start_sampler(self.state.global_step)  # a resumed run starts with empty queues
-                self._publish(self.state.global_step)
+                self._worker.publish(self.state.global_step, trainable_weights(self.policy))
                 self._clock.begin()
+                self._async_metrics = {}
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             batch = self.rollout(self.state.global_step)
             metrics = {**batch.pop("metrics"), **self.optimize(batch)}
