@@ -381,6 +381,7 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     for layer in layers:
         merged = _merge(merged, layer.data)
     composed = Composed(merged, layers, stage, hw)
+    _refuse_resolvers(layers)
     composed.data = _resolve_interpolations(composed)
     return composed
 
@@ -445,14 +446,7 @@ def _resolve_interpolations(composed: Composed) -> dict:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    verbatim: dict[int, Any] = {}
-    rewards = data.get("rewards")
-    if isinstance(rewards, list):
-        for i, item in enumerate(rewards):
-            if isinstance(item, dict) and "kwargs" in item:
-                verbatim[i] = item["kwargs"]
-        data = {**data, "rewards": [{k: v for k, v in item.items() if k != "kwargs"} if i in verbatim else item
-                                    for i, item in enumerate(rewards)]}
+    data, verbatim = _without_reward_kwargs(data)
     if "${" not in repr(data):
         return composed.data
     try:
@@ -464,6 +458,78 @@ def _resolve_interpolations(composed: Composed) -> dict:
     for i, kwargs in verbatim.items():
         resolved["rewards"][i]["kwargs"] = kwargs  # type: ignore[index]
     return resolved  # type: ignore[return-value]
+
+
+def _without_reward_kwargs(data: dict) -> tuple[dict, dict[int, Any]]:
+    """`data` less each `rewards[i].kwargs` (never interpolated), and those kwargs by i."""
+    verbatim: dict[int, Any] = {}
+    rewards = data.get("rewards")
+    if isinstance(rewards, list):
+        for i, item in enumerate(rewards):
+            if isinstance(item, dict) and "kwargs" in item:
+                verbatim[i] = item["kwargs"]
+        data = {**data, "rewards": [{k: v for k, v in item.items() if k != "kwargs"} if i in verbatim else item
+                                    for i, item in enumerate(rewards)]}
+    return data, verbatim
+
+
+def _refuse_resolvers(layers: list[Layer]) -> None:
+    """Every OmegaConf resolver in any layer (even one a later layer overrides) is a ConfigError: only
+    `${a.b}` key interpolation resolves, so no environment value can enter a config."""
+    problems = []
+    for layer in layers:
+        if "${" not in repr(layer.data):
+            continue
+        for key, name in _resolver_calls(_without_reward_kwargs(layer.data)[0]):
+            line_key = key
+            while line_key not in layer.lines and re.search(r"[.\[]", line_key):  # `rewards[0].name` -> `rewards`
+                line_key = line_key[:max(line_key.rfind("."), line_key.rfind("["))]
+            problems.append(Problem(key, layer.where(line_key), _resolver_message(name)))
+    if problems:
+        raise ConfigError(problems)
+
+
+def _strings(node: Any, path: str = "") -> Iterable[tuple[str, str]]:
+    """(OmegaConf full key such as `rewards[0].name`, value) of every string holding `${`."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(node, str) and "${" in node:
+        yield path, node
+
+
+def _resolver_calls(data: dict) -> list[tuple[str, str]]:
+    """(key, resolver name) of each `${name:...}` resolver call, found with OmegaConf's own grammar, so
+    nested, quoted and escaped forms read exactly as OmegaConf would read them."""
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+    from omegaconf.grammar_parser import parse
+
+    found = []
+    for key, value in _strings(data):
+        try:
+            tree = parse(value)
+        except GrammarParseError:
+            continue  # OmegaConf reports it, with the escape to use, when it resolves
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, OmegaConfGrammarParser.ResolverNameContext):
+                found.append((key, node.getText()))
+                break
+            stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
+    return found
+
+
+def _resolver_message(name: str) -> str:
+    # names the resolver only, never the value it would read
+    return (f"`${{{name}:...}}` is an OmegaConf resolver; rlft interpolates config keys only (`${{a.b}}`), so "
+            f"environment values and secrets cannot reach config.yaml, logs and the model card. Pass an environment "
+            f"value through the shell on the command line instead (e.g. train.output_dir=$OUT); write `\\${{...}}` "
+            f"for literal text")
 
 
 def _value_at(data: Any, key: str) -> Any:
