@@ -170,11 +170,23 @@ def env() -> None:
 
 
 @app.command("tiny-model")
-def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to."),
-               init_std: float = typer.Option(None, help="Weight init std (default: rlft's learnable default).")) -> None:
+def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to (new, empty, or "
+                                                        "a tiny model rlft wrote before)."),
+               init_std: float = typer.Option(None, help="Weight init std, > 0 (default: rlft's learnable default)."),
+               force: bool = typer.Option(False, "--force", help="Write into a folder that holds other files.")) -> None:
     """Build rlft's tiny causal LM (offline) into OUT_DIR."""
-    from rlft.tiny import build_tiny_model
+    if init_std is not None and not init_std > 0:  # NaN too
+        _err(f"error: --init-std must be > 0 (got {init_std})")
+        raise typer.Exit(2)
+    from rlft.folders import FolderRefused, claim_output
+    from rlft.tiny import MARKER_FILE, build_tiny_model
 
+    try:
+        claim_output(out_dir, "tiny-model", force=force, what="folder",
+                     made_before=lambda folder: (folder / MARKER_FILE).is_file())
+    except FolderRefused as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
     kwargs = {} if init_std is None else {"init_std": init_std}
     path = build_tiny_model(out_dir, **kwargs)
     typer.echo(f"tiny model written to {path}")
@@ -263,14 +275,17 @@ def _read_only_exit(exc: OSError) -> None:
 @app.command("report")
 def report(runs: List[Path] = typer.Argument(..., help="Run folder(s); several are overlaid on the same graphs."),
            out: Optional[Path] = typer.Option(None, "--out", "-o",
-                                              help="Output folder (default: report/ in the first run's folder)."),
+                                              help="Output folder: new, empty, or a report rlft wrote before "
+                                                   "(default: report/ in the first run's folder)."),
            max_chars: int = typer.Option(4000, "--max-chars", min=100,
-                                         help="Characters of each completion kept in the page (the jsonl keeps all).")) -> None:
+                                         help="Characters of each completion kept in the page (the jsonl keeps all)."),
+           force: bool = typer.Option(False, "--force", help="Write into an -o folder that holds other files "
+                                                             "(index.html and graphs/ are replaced).")) -> None:
     """Write an offline HTML report (reward graphs, reward logs, completions browser) and one PNG per graph."""
     from rlft.monitor.report import ReportInputError, build_report
 
     try:
-        res = build_report(runs, out, max_chars=max_chars)
+        res = build_report(runs, out, max_chars=max_chars, force=force)
     except ReportInputError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2)
@@ -311,7 +326,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N prompts only."),
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in the run folder, else here)."),
              checkpoint: Optional[int] = CHECKPOINT_OPT,
-             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed).")) -> None:
+             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
+             force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
     """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
     from rlft.posttrain import _run_config, eval_config_file
 
@@ -330,6 +346,13 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
         _err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
     dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
+    from rlft.folders import FolderRefused, check_output_file
+
+    try:  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
+        check_output_file(dest, force=force or (out is None and tgt.run_root is not None), what="-o file")
+    except FolderRefused as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
     _quiet()
     from rlft.posttrain import evaluate
     from rlft.run import RunError
@@ -365,7 +388,18 @@ def generate_cmd(target: Path = TARGET_ARG,
         if not file.is_file():
             _err(f"error: --file {file}: no such file")
             raise typer.Exit(2)
-        prompts += [line for line in file.read_text().splitlines() if line.strip()]
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            _err(f"error: --file {file} is not UTF-8 text (byte {exc.start}): give a text file with one prompt per line")
+            raise typer.Exit(2)
+        except OSError as exc:
+            _err(f"error: --file {file}: {exc.strerror or exc}")
+            raise typer.Exit(2)
+        if "\0" in text:
+            _err(f"error: --file {file} holds NUL bytes (a binary file?): give a text file with one prompt per line")
+            raise typer.Exit(2)
+        prompts += [line for line in text.splitlines() if line.strip()]
     if not prompts:
         _err("error: give at least one --prompt TEXT or --file FILE")
         raise typer.Exit(2)
@@ -393,7 +427,16 @@ def export_cmd(target: Path = TARGET_ARG,
                merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain transformers model."),
                checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
     """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
+    from rlft.posttrain import check_export_dir
+
     tgt = _target(target, checkpoint)
+    from rlft.run import RunError
+
+    try:
+        check_export_dir(out)  # before loading anything
+    except RunError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code)
     _quiet()
     from rlft.posttrain import export
     from rlft.run import RunError

@@ -200,12 +200,19 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
 
 
 # -- rlft export ---------------------------------------------------------------------------------------
+def check_export_dir(out: Path) -> None:
+    """The export goes to a new or empty folder: never mixed with, or over, files the user has."""
+    if out.exists() and not out.is_dir():
+        raise RunError(f"-o {out} is a file; choose a new or empty folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise RunError(f"-o {out} exists and is not empty; choose a new or empty folder")
+
+
 def export(target: Target, out: Path, merge: bool) -> Path:
     """`merge`: the adapter merged into its base, saved as a plain transformers model folder; otherwise
     the adapter itself. Either way the base is recorded by the model's name as the run gave it (or the
     merged model stands alone), never by a path that only exists on this machine."""
-    if out.exists() and any(out.iterdir()):
-        raise RunError(f"{out} exists and is not empty; choose another -o folder")
+    check_export_dir(out)
     name = run_model_name(target.run_root)
     if not target.is_adapter:
         if merge:
@@ -217,7 +224,7 @@ def export(target: Target, out: Path, merge: bool) -> Path:
         merged.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
     else:
-        shutil.copytree(target.weights, out, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
+        shutil.copytree(target.weights, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
                                                                           "trainer_state.json", "training_args.bin",
                                                                           "rlft_*"))
         cfg_path = out / "adapter_config.json"

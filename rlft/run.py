@@ -8,6 +8,8 @@
       checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
       final/              PEFT adapter (or full model) + tokenizer
       .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
+      .rlft-made.json     marker written at creation: kind "run", the run's id, and the id of the run it
+                          replaces (--overwrite); rlft moves or deletes only folders that carry it
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from pathlib import Path
 from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig, config_key
+from rlft.folders import MARKER, encloses_cwd, mark, read_marker, write_marker
 
 LOCK_NAME = ".rlft.lock"
-REPLACES_NAME = ".rlft_replaces"  # in a run started with --overwrite: the moved-aside folder it replaces
+RUN_KIND = "run"
+LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run folders of rlft before the marker
 
 
 @dataclass
@@ -165,22 +169,34 @@ class RunDir:
         return self.root / "final"
 
     @property
+    def marker(self) -> dict | None:
+        return read_marker(self.root)
+
+    @property
     def replaced(self) -> Path | None:
-        """The folder this run replaces (--overwrite), kept until this run's first checkpoint."""
-        marker = self.root / REPLACES_NAME
-        if not marker.is_file():
+        """The run this one replaces (--overwrite), kept as `<name>.old` until this run's first checkpoint.
+
+        The path is computed, never read from a file, and the folder there must carry the marker of the
+        very run this one replaced: a copied or edited run folder cannot point rlft at anything else."""
+        mine = self.marker
+        wanted = mine.get("replaces") if mine else None
+        if not wanted:
             return None
-        return Path(marker.read_text().strip())
+        old = aside_path(self.root)
+        theirs = read_marker(old)
+        return old if theirs is not None and theirs["kind"] == RUN_KIND and theirs["id"] == wanted else None
 
     def drop_replaced(self) -> None:
         """This run has shown it works (a checkpoint or its final model is on disk): delete the old run."""
-        old = self.replaced
-        if old is None:
+        mine = self.marker
+        if not mine or not mine.get("replaces"):
             return
-        if old.exists():
+        old = self.replaced
+        if old is not None:
             shutil.rmtree(old)
             print(f"rlft: deleted the replaced run {old} (this run has written a checkpoint)", file=sys.stderr)
-        (self.root / REPLACES_NAME).unlink(missing_ok=True)
+        mine.pop("replaces")
+        write_marker(self.root, mine)
 
     def release(self) -> None:
         if self.lock is not None:
@@ -217,9 +233,8 @@ def default_output_dir(stage: str) -> str:
 def check_writable(folder: Path, what: str = "run folder", key: str = "train.output_dir") -> None:
     """RunError (one line, exit 2) unless `folder` exists and can be written, or can be created.
 
-    Probed by writing a file: permission bits say nothing about read-only mounts or root."""
-    import tempfile
-
+    Asked of the kernel (access and the mount's read-only flag), not probed with a file: nothing is
+    written anywhere before the command has decided it may write there."""
     folder = Path(folder)
     probe_in = folder
     while not probe_in.exists():
@@ -228,17 +243,44 @@ def check_writable(folder: Path, what: str = "run folder", key: str = "train.out
         probe_in = probe_in.parent
     if probe_in.exists() and not probe_in.is_dir():
         raise RunError(f"cannot create {what} {folder}: {probe_in} is a file, not a folder; set {key} elsewhere")
+    reason = None
     try:
-        fd, name = tempfile.mkstemp(prefix=".rlft-write-test-", dir=probe_in)
-        os.close(fd)
-        os.unlink(name)
+        if os.statvfs(probe_in).f_flag & os.ST_RDONLY:
+            reason = "read-only file system"
     except OSError as exc:
-        raise RunError(f"cannot write the {what} {folder}: {probe_in} is not writable ({exc.strerror or exc}); "
-                       f"set {key} to a folder you can write to") from None
+        reason = exc.strerror or str(exc)
+    if reason is None and not os.access(probe_in, os.W_OK | os.X_OK):
+        reason = "permission denied"
+    if reason:
+        raise RunError(f"cannot write the {what} {folder}: {probe_in} is not writable ({reason}); "
+                       f"set {key} to a folder you can write to")
 
 
 def aside_path(root: Path) -> Path:
     return root.with_name(root.name + ".old")
+
+
+def is_run_folder(root: Path) -> bool:
+    """A folder rlft made for a run: its marker, or (older rlft) a config.yaml with rlft's header."""
+    marker = read_marker(root)
+    if marker is not None:
+        return marker["kind"] == RUN_KIND
+    try:
+        with open(Path(root) / "config.yaml", encoding="utf-8", errors="replace") as fh:
+            return fh.readline().startswith(LEGACY_HEADER)
+    except OSError:
+        return False
+
+
+def _not_a_run(root: Path, opts: RunOptions) -> RunError:
+    if opts.resume:
+        return RunError(f"nothing to resume: {root} is not an rlft run folder (it has no {MARKER}); set "
+                        f"train.output_dir to the run folder to continue")
+    if opts.overwrite:
+        return RunError(f"refusing to --overwrite {root}: it is not an rlft run folder (rlft replaces only folders "
+                        f"it created); set train.output_dir to a new or empty folder")
+    return RunError(f"run folder {root} already exists, is not empty and is not an rlft run folder; set "
+                    f"train.output_dir to a new or empty folder")
 
 
 def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
@@ -255,16 +297,15 @@ def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
     return run
 
 
-def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
-    """The run folder's preconditions (--resume needs one, a new run needs none or --overwrite, the place is
-    writable), checked without creating anything: called before the model and data load, so a run that
-    fails while loading leaves nothing behind. `prepare_run_dir` creates the folder afterwards."""
+def _check_existing(run: RunDir, opts: RunOptions) -> bool:
+    """The preconditions on the folder as it is (nothing written): True when it exists and is not empty."""
     if opts.resume and opts.overwrite:
         raise RunError("--resume and --overwrite contradict each other; pick one")
-    run = _run_dir_for(cfg, opts)
-    if os.environ.get("RLFT_LAUNCHED"):
-        return run
-    exists = run.root.exists() and any(run.root.iterdir())
+    exists = run.root.is_dir() and any(run.root.iterdir())
+    if run.root.exists() and not run.root.is_dir():
+        raise RunError(f"run folder {run.root} is a file; set train.output_dir to a folder")
+    if exists and not is_run_folder(run.root):
+        raise _not_a_run(run.root, opts)
     if exists:
         RunLock(run.root).check_free()  # a live run there: say so first, whatever the flags
     if opts.resume and not exists:
@@ -273,7 +314,55 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
     if not opts.resume and exists and not opts.overwrite:
         raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
                        f"or --overwrite to replace it (or set train.output_dir)")
+    if opts.overwrite and exists and encloses_cwd(run.root):
+        raise RunError(f"refusing to --overwrite {run.root}: it is the current folder or one above it; set "
+                       f"train.output_dir to a folder below it")
+    return exists
+
+
+def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
+    """The run folder's preconditions (--resume needs an rlft run, a new run needs none or --overwrite on an
+    rlft run, the place is writable), checked without creating anything: called before the model and data
+    load, so a run that fails while loading leaves nothing behind. `prepare_run_dir` creates it afterwards."""
+    if opts.resume and opts.overwrite:
+        raise RunError("--resume and --overwrite contradict each other; pick one")
+    run = _run_dir_for(cfg, opts)
+    if os.environ.get("RLFT_LAUNCHED"):
+        return run
+    _check_existing(run, opts)
     return run
+
+
+def _replace(run: RunDir) -> None:
+    """--overwrite of an rlft run: move it aside to `<name>.old` (deleted at the new run's first checkpoint)
+    and create the new folder, marked with the id of the run it replaces."""
+    held = RunLock(run.root).acquire()  # refuses a folder a live run is using, before touching it
+    old = aside_path(run.root)
+    current = read_marker(run.root) or {}
+    if old.exists() and current.get("replaces") and run.replaced is not None:
+        # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
+        # replaced stays in <name>.old until this run's first checkpoint
+        replaces = current["replaces"]
+        held.release()
+        shutil.rmtree(run.root)
+        print(f"rlft: --overwrite: removed {run.root} (an earlier replacement that wrote no checkpoint); "
+              f"{old} is kept until this run writes its first checkpoint", file=sys.stderr)
+    elif old.exists():
+        held.release()
+        raise RunError(f"cannot --overwrite {run.root}: {old} already exists; delete or rename it first")
+    else:
+        if not current:  # a run of an older rlft: give it an id so the new run can check what it deletes
+            current = mark(run.root, RUN_KIND)
+        replaces = current["id"]
+        # moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there
+        run.root.rename(old)
+        held.moved_to(old)
+        held.release()
+        print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
+              f"first checkpoint", file=sys.stderr)
+    run.root.mkdir(parents=True)
+    mark(run.root, RUN_KIND, replaces=replaces)
+    run.lock = RunLock(run.root).acquire()
 
 
 def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> RunDir:
@@ -283,49 +372,22 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
         run.root.mkdir(parents=True, exist_ok=True)
         run.checkpoints.mkdir(exist_ok=True)
         return run
-    exists = run.root.exists() and any(run.root.iterdir())
-    if opts.resume and opts.overwrite:
-        raise RunError("--resume and --overwrite contradict each other; pick one")
+    exists = _check_existing(run, opts)  # again: the folder may have changed while the model loaded
     if opts.resume:
-        if not exists:
-            raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
-                           f"(drop --resume to start a new run)")
         run.lock = RunLock(run.root).acquire()
+        if read_marker(run.root) is None:
+            mark(run.root, RUN_KIND)
     elif exists:
-        held = RunLock(run.root).acquire()  # refuses a folder a live run is using, before touching it
-        if not opts.overwrite:
-            held.release()
-            raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
-                           f"or --overwrite to replace it (or set train.output_dir)")
-        old = aside_path(run.root)
-        if old.exists() and run.replaced == old.resolve():
-            # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
-            # replaced stays in <name>.old until this run's first checkpoint
-            held.release()
-            shutil.rmtree(run.root)
-            print(f"rlft: --overwrite: removed {run.root} (an earlier replacement that wrote no checkpoint); "
-                  f"{old} is kept until this run writes its first checkpoint", file=sys.stderr)
-        elif old.exists():
-            held.release()
-            raise RunError(f"cannot --overwrite {run.root}: {old} already exists; delete or rename it first")
-        else:
-            # moved aside, not deleted: if the new run fails before its first checkpoint the old one is still there
-            run.root.rename(old)
-            held.moved_to(old)
-            held.release()
-            print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
-                  f"first checkpoint", file=sys.stderr)
-        run.root.mkdir(parents=True)
-        run.lock = RunLock(run.root).acquire()
-        (run.root / REPLACES_NAME).write_text(str(old.resolve()) + "\n")
+        _replace(run)
     else:
         run.root.mkdir(parents=True, exist_ok=True)
+        mark(run.root, RUN_KIND)
         run.lock = RunLock(run.root).acquire()
     try:
         run.checkpoints.mkdir(exist_ok=True)
         text = render_yaml(cfg, composed)
         if not opts.resume or not run.config.exists():
-            run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n{text}")
+            run.config.write_text(f"{LEGACY_HEADER}; each key notes the layer that set it\n{text}")
     except BaseException:
         run.release()
         raise

@@ -42,8 +42,9 @@ def _load(path: Path, kind: str) -> Any:
     import datasets
 
     if kind == "folder":
-        # a read-only folder: keep the table in memory so later maps write no cache files next to it
-        return datasets.load_from_disk(str(path), keep_in_memory=not os.access(path, os.W_OK))
+        # in memory, writable or not: a memory-mapped table makes later maps (rlft's, TRL's) write their
+        # cache files next to it, into the user's data folder; prompt and preference sets are small
+        return datasets.load_from_disk(str(path), keep_in_memory=True)
     if kind == "json":
         field = "data" if json_layout(path) == "data" else None
         return datasets.load_dataset("json", data_files=str(path), field=field, split="train")
@@ -61,6 +62,9 @@ def load_table(path: str | Path) -> Dataset:
     # local files need no hub access; do not let a lookup stall offline machines
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     p = Path(path)
+    if kind in ("json", "jsonl"):
+        # a repeated key or a row nested too deep, named by line: datasets would keep one value silently
+        peek_columns(p, n_rows=0)
     try:
         obj = _load(p, kind)
     except DataError:

@@ -54,6 +54,22 @@ def write_pipeline_summary(pipe: Pipeline, records: dict[int, dict], status: str
     tmp.replace(pipe.output_dir / SUMMARY)
 
 
+PIPELINE_KIND = "pipeline"
+
+
+def _claim_pipeline_dir(pipe: Pipeline) -> None:
+    """The pipeline root: new, empty, or one a pipeline run made (its marker, or an older rlft's summary)."""
+    from rlft.folders import FolderRefused, claim_output
+    from rlft.run import RunError
+
+    try:
+        claim_output(pipe.output_dir, PIPELINE_KIND, what="pipeline folder",
+                     fix="set `output_dir:` in the pipeline file to a new or empty folder",
+                     made_before=lambda folder: (folder / SUMMARY).is_file())
+    except FolderRefused as exc:
+        raise RunError(str(exc)) from None
+
+
 def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: bool, verbose: bool) -> int:
     from rlft.config import validate
     from rlft.run import RunError, RunOptions
@@ -66,7 +82,7 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
     if started and not resume:
         raise RunError(f"pipeline folder {pipe.output_dir} already holds {started[0].folder}: pass --resume to continue "
                        f"the pipeline, or set `output_dir:` (or remove the folder) to start again")
-    pipe.output_dir.mkdir(parents=True, exist_ok=True)
+    _claim_pipeline_dir(pipe)
     resume_cmd = f"rlft pipeline run {pipe.path} --resume"
     records: dict[int, dict] = {}
     previous: Path | None = None

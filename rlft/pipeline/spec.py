@@ -31,6 +31,7 @@ import yaml
 from rlft.config.compose import Composed, Layer, _key_lines, anchor_paths, compose, display_path, read_yaml_file
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import HARDWARE, STAGES
+from rlft.folders import check_name
 
 ENTRY_KEYS = ("stage", "hw", "config", "name")  # the rest of an entry is config
 TOP_KEYS = ("name", "output_dir", "defaults", "stages")
@@ -114,6 +115,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
                                     "(stage config goes under `defaults:` or a stage entry)"))
     base_dir = path.resolve().parent
     name = data.get("name") or path.stem
+    bad = check_name(str(name), "name")
+    if bad:  # the name becomes runs/<name>/: `../x` or `/abs` would put the runs outside the output root
+        problems.append(Problem("name", at("name"), bad))
+        name = path.stem
     out = Path(data.get("output_dir") or Path("runs") / str(name))  # like train.output_dir: from the working dir
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
@@ -143,6 +148,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
         files = [files] if isinstance(files, str) else files
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             problems.append(Problem(f"stages[{i}].config", where, "must be a file name or a list of file names"))
+            continue
+        bad = check_name(str(item["name"]), f"stages[{i}].name") if "name" in item else None
+        if bad:
+            problems.append(Problem(f"stages[{i}].name", where, bad))
             continue
         own = {k: v for k, v in item.items() if k not in ENTRY_KEYS}
         anchor_paths(own, base_dir)

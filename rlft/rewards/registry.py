@@ -179,12 +179,16 @@ def import_file(path: Path, name: str, dirs: list[Path] = ()) -> ModuleType:
         raise NotAModule(f"cannot load {path}")
     module = importlib.util.module_from_spec(mod_spec)
     sys.modules[name] = module
+    # no __pycache__ beside the user's file: rlft leaves nothing in folders it did not make
+    write_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         with _extra_sys_path([path.parent, *dirs]):
             mod_spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
+    finally:
+        sys.dont_write_bytecode = write_bytecode
     return module
 
 

@@ -25,9 +25,29 @@ class ReportResult:
     note: str = ""
 
 
-def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS) -> ReportResult:
+REPORT_KIND = "report"
+
+
+def _claim_out(out: Path, default: bool, force: bool) -> bool:
+    """May the report be written to `out`? True when the folder is rlft's own (its old graphs may go)."""
+    from rlft.folders import FolderRefused, claim_output, made_by_rlft
+    from rlft.run import is_run_folder
+
+    # report/ inside an rlft run is rlft's, also when an older rlft wrote it without a marker
+    made_before = (lambda folder: is_run_folder(folder.parent)) if default else None
+    try:
+        claim_output(out, REPORT_KIND, force=force, made_before=made_before)
+    except FolderRefused as exc:
+        raise ReportInputError(str(exc)) from None
+    return made_by_rlft(out, REPORT_KIND) or (made_before is not None and made_before(out))
+
+
+def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS,
+                 force: bool = False) -> ReportResult:
     """Write `<out_dir>/index.html` and `<out_dir>/graphs/*.png` for the runs at `paths` (overlaid).
-    Default out_dir: `report/` in the first run's folder."""
+    Default out_dir: `report/` in the first run's folder. A user-named folder must be new, empty or a
+    report rlft wrote before (`force`: write into it anyway, replacing only index.html and graphs/*.png
+    of the same names)."""
     from rlft.monitor.report.graphs import plan_graphs, render
     from rlft.monitor.report.html import build_html
 
@@ -37,7 +57,7 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
         raise ReportInputError("give at least one run folder")
     runs: list[RunData] = [load_run(p, name, max_chars) for p, name in zip(paths, unique_names(paths))]
     out = Path(out_dir) if out_dir is not None else paths[0] / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    ours = _claim_out(out, out_dir is None, force)
     graphs = plan_graphs(runs)
     note = ""
     try:
@@ -47,8 +67,9 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
         graphs = []
     img_dir = out / "graphs"
     img_dir.mkdir(exist_ok=True)
-    for old in img_dir.glob("*.png"):
-        old.unlink()
+    if ours:  # graphs of an earlier report that this one no longer draws; never in a user's own folder
+        for old in img_dir.glob("*.png"):
+            old.unlink()
     for g in graphs:
         if g.png:
             (img_dir / f"{g.slug}.png").write_bytes(g.png)

@@ -1,0 +1,266 @@
+"""rlft writes, moves or deletes only what it can show it made: the folder marker, the run folder's
+--overwrite/--resume rules, and every command that writes into a folder the user names."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from rlft.folders import MARKER, FolderRefused, check_name, check_output_file, claim_output, mark, read_marker
+
+
+def _user_folder(path: Path) -> dict:
+    """A folder of the user's own files; returns {relative path: bytes} to compare against later."""
+    (path / "graphs").mkdir(parents=True)
+    files = {"notes.txt": b"mine", "index.html": b"<p>my page</p>", "graphs/plot.png": b"\x89PNG mine",
+             "config.yaml": b"project: settings\n"}
+    for name, data in files.items():
+        (path / name).write_bytes(data)
+    return files
+
+
+def _unchanged(path: Path, files: dict) -> None:
+    found = {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    assert found == files
+
+
+# -- the marker and the claim ------------------------------------------------------------------------
+def test_claim_output_writes_into_new_empty_or_own_folders_only(tmp_path):
+    new = claim_output(tmp_path / "a" / "b", "report")
+    assert read_marker(new)["kind"] == "report"
+    assert claim_output(new, "report") == new  # made before: allowed again
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    claim_output(empty, "report")
+    assert read_marker(empty)["kind"] == "report"
+    mine = tmp_path / "mine"
+    files = _user_folder(mine)
+    with pytest.raises(FolderRefused, match=r"mine is not empty and was not written by rlft report; .*--force"):
+        claim_output(mine, "report")
+    with pytest.raises(FolderRefused, match="not written by rlft export"):
+        claim_output(new, "export")  # another job's folder is not this one's
+    claim_output(mine, "report", force=True)
+    _unchanged(mine, files)  # forced: no marker claims the user's folder
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FolderRefused, match="is a file"):
+        claim_output(tmp_path / "file", "report")
+
+
+def test_a_marker_that_is_not_rlft_s_counts_for_nothing(tmp_path):
+    for text in ("[]", "not json", '{"kind": 3, "id": "x"}', '{"kind": "run"}'):
+        (tmp_path / MARKER).write_text(text)
+        assert read_marker(tmp_path) is None
+
+
+def test_output_files_and_names(tmp_path):
+    (tmp_path / "out.jsonl").write_text("{}\n")
+    with pytest.raises(FolderRefused, match="already exists; .*--force"):
+        check_output_file(tmp_path / "out.jsonl")
+    check_output_file(tmp_path / "out.jsonl", force=True)
+    with pytest.raises(FolderRefused, match="is a folder"):
+        check_output_file(tmp_path)
+    for bad in ("../up", "/abs", "a/b", "a\\b", "..", ""):
+        assert check_name(bad, "name"), bad
+    assert check_name("tool_use-2", "name") is None
+
+
+# -- the run folder -----------------------------------------------------------------------------------
+def _cfg(out):
+    from rlft.config.compose import compose
+    from rlft.config.validate import validate
+
+    composed = compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"], [f"train.output_dir={out}"])
+    return validate(composed)[0], composed
+
+
+def _opts(**kw):
+    from rlft.run import RunOptions
+
+    return RunOptions(**kw)
+
+
+def test_overwrite_resume_and_reuse_refuse_a_folder_rlft_did_not_make(tmp_path):
+    from rlft.run import RunError, check_run_dir, prepare_run_dir
+
+    project = tmp_path / "project"
+    files = _user_folder(project)
+    cfg, composed = _cfg(project)
+    for opts, says in ((_opts(overwrite=True), "refusing to --overwrite"), (_opts(resume=True), "nothing to resume"),
+                       (_opts(), "is not an rlft run folder")):
+        for check in (check_run_dir, lambda c, o: prepare_run_dir(c, composed, o)):
+            with pytest.raises(RunError, match=says) as err:
+                check(cfg, opts)
+            assert "--overwrite to replace" not in str(err.value)  # never suggests deleting the user's folder
+    _unchanged(project, files)
+    assert not (tmp_path / "project.old").exists()
+
+
+def test_overwrite_never_takes_the_working_folder(tmp_path, monkeypatch):
+    from rlft.run import RunError, prepare_run_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    mark(run, "run")
+    (run / "metrics.jsonl").write_text("")
+    monkeypatch.chdir(run)
+    cfg, composed = _cfg(".")
+    with pytest.raises(RunError, match="current folder or one above it"):
+        prepare_run_dir(cfg, composed, _opts(overwrite=True))
+    assert sorted(p.name for p in run.iterdir()) == [MARKER, "metrics.jsonl"]  # no lock file left behind
+
+
+def test_overwrite_moves_an_rlft_run_aside_and_deletes_only_that(tmp_path):
+    from rlft.run import prepare_run_dir
+
+    out = tmp_path / "run"
+    cfg, composed = _cfg(out)
+    first = prepare_run_dir(cfg, composed, _opts())
+    first_id = first.marker["id"]
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    first.release()
+    second = prepare_run_dir(cfg, composed, _opts(overwrite=True))
+    assert second.marker["replaces"] == first_id and second.marker["id"] != first_id
+    assert second.replaced == tmp_path / "run.old"
+    second.drop_replaced()
+    assert not (tmp_path / "run.old").exists() and "replaces" not in second.marker
+    second.release()
+
+
+def test_a_crafted_replaces_marker_deletes_nothing(tmp_path):
+    """A run folder copied from someone else names a victim folder, or the id of one: neither is deleted."""
+    from rlft.run import RunDir
+
+    out, victim, aside = tmp_path / "run", tmp_path / "victim", tmp_path / "run.old"
+    out.mkdir()
+    files = _user_folder(victim)
+    aside_files = _user_folder(aside)
+    (out / ".rlft_replaces").write_text(f"{victim}\n")  # the marker older rlft trusted
+    mark(out, "run", replaces="0123456789abcdef")
+    run = RunDir(out)
+    assert run.replaced is None  # <name>.old carries no marker with that id
+    run.drop_replaced()
+    _unchanged(victim, files)
+    _unchanged(aside, aside_files)
+    # even a marked run.old is kept unless its id is the one this run replaced
+    mark(aside, "run")
+    mark(out, "run", replaces="ffffffffffffffff")
+    RunDir(out).drop_replaced()
+    assert aside.is_dir()
+
+
+def test_check_writable_writes_nothing(tmp_path):
+    from rlft.run import check_writable
+
+    check_writable(tmp_path / "new" / "run")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- through the CLI (no training) ----------------------------------------------------------------------
+def test_tiny_model_refuses_a_folder_of_other_files_and_a_bad_std(tmp_path):
+    mine = tmp_path / "mine"
+    files = _user_folder(mine)
+    res = run_cli("tiny-model", mine)
+    assert res.returncode == 2 and "--force" in res.stderr and "Traceback" not in res.stderr
+    _unchanged(mine, files)
+    for std in ("-1", "0", "nan"):
+        res = run_cli("tiny-model", tmp_path / "t", "--init-std", std)
+        assert res.returncode == 2 and "--init-std must be > 0" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_tiny_model_rebuilds_its_own_folder(tmp_path):
+    out = tmp_path / "tiny"
+    assert run_cli("tiny-model", out).returncode == 0
+    res = run_cli("tiny-model", out)  # made before: rebuilt in place
+    assert res.returncode == 0, res.stderr
+    assert (out / "config.json").is_file() and read_marker(out)["kind"] == "tiny-model"
+
+
+def _fake_run(root: Path) -> Path:
+    root.mkdir(parents=True)
+    mark(root, "run")
+    (root / "config.yaml").write_text("# rlft resolved config\nstage: grpo  # stage profile\n")
+    rows = [{"step": s, "time": 1.0 + s, "stage": "grpo", "reward": 0.1 * s, "loss": 1.0 / s} for s in (1, 2, 3)]
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "summary.json").write_text(json.dumps({"stage": "grpo", "status": "finished", "steps": 3}))
+    return root
+
+
+def test_report_keeps_a_user_folder_unless_forced_and_then_deletes_nothing(tmp_path):
+    run = _fake_run(tmp_path / "run")
+    mine = tmp_path / "site"
+    files = _user_folder(mine)
+    res = run_cli("report", run, "-o", mine)
+    assert res.returncode == 2 and "--force" in res.stderr and "Traceback" not in res.stderr
+    _unchanged(mine, files)
+    res = run_cli("report", run, "-o", mine, "--force")
+    assert res.returncode == 0, res.stderr
+    assert (mine / "graphs" / "plot.png").read_bytes() == files["graphs/plot.png"]  # the user's graph stays
+    assert (mine / "notes.txt").read_bytes() == b"mine"
+    # a report folder rlft made is rlft's to rewrite; so is report/ in a run folder
+    assert run_cli("report", run, "-o", tmp_path / "new").returncode == 0
+    assert run_cli("report", run, "-o", tmp_path / "new").returncode == 0
+    assert run_cli("report", run).returncode == 0 and run_cli("report", run).returncode == 0
+
+
+def test_pipeline_names_stay_inside_the_output_root(tmp_path):
+    for name_line, key in (("name: ../escape", "name"), ("name: /tmp/abs", "name"),
+                           ("name: ok\nstages:\n  - stage: grpo\n    name: ../x", "stages[1].name")):
+        text = name_line + ("" if "stages:" in name_line else "\nstages:\n  - stage: grpo")
+        path = tmp_path / "p.yaml"
+        path.write_text(text + "\n    data: {train: demo}\n    rewards: [{fn: char_fraction}]\n    model: {name_or_path: tiny}\n")
+        res = run_cli("pipeline", "validate", path)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert key in res.stderr and "path separators" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_generate_and_export_and_eval_check_their_inputs_and_outputs_first(tmp_path):
+    binary = tmp_path / "prompts.bin"
+    binary.write_bytes(b"\x00\xff\xfe\x00garbage")
+    target = tmp_path / "nowhere"  # no model at all: the output checks come first
+    res = run_cli("generate", target, "--file", binary)
+    assert res.returncode == 2 and "not UTF-8 text" in res.stderr and "Traceback" not in res.stderr
+    nul = tmp_path / "nul.txt"
+    nul.write_text("a\0b\n")
+    res = run_cli("generate", target, "--file", nul)
+    assert res.returncode == 2 and "NUL bytes" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tmp_path_factory):
+    """A PEFT adapter folder on the tiny model, made without training (export and eval take it)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlft.tiny import ensure_tiny_model
+
+    base = ensure_tiny_model()
+    out = tmp_path_factory.mktemp("adapter")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=2, target_modules=["q_proj"]))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
+def test_export_and_eval_outputs_are_checked_before_any_work(tmp_path, tiny_adapter):
+    existing = tmp_path / "adapter.bin"
+    existing.write_bytes(b"mine")
+    res = run_cli("export", tiny_adapter, "-o", existing)
+    assert res.returncode == 2 and "is a file" in res.stderr and existing.read_bytes() == b"mine"
+    folder = tmp_path / "evals"
+    folder.mkdir()
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("model: {name_or_path: tiny}\nrewards: [{fn: char_fraction}]\n")
+    res = run_cli("eval", tiny_adapter, "-c", cfg, "--data", "demo", "-o", folder)
+    assert res.returncode == 2 and "is a folder" in res.stderr and "Traceback" not in res.stderr
+    assert "rows written" not in res.stdout  # refused before sampling
+    kept = tmp_path / "eval.jsonl"
+    kept.write_text("mine\n")
+    res = run_cli("eval", tiny_adapter, "-c", cfg, "--data", "demo", "-o", kept, "--max-prompts", "1", "-n", "1")
+    assert res.returncode == 2 and "--force" in res.stderr and kept.read_text() == "mine\n"
+    res = run_cli("eval", tiny_adapter, "-c", cfg, "--data", "demo", "-o", kept, "--max-prompts", "1", "-n", "1",
+                  "--force")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert kept.read_text() != "mine\n"
