@@ -539,6 +539,52 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
     raise typer.Exit(code)
 
 
+rewards_app = typer.Typer(help="Reward-function tools that need no training.", no_args_is_help=True)
+app.add_typer(rewards_app, name="rewards")
+
+
+@rewards_app.command("try")
+def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[List[str]] = OVERRIDES_ARG,
+                stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's, else grpo)."),
+                hw: str = HW_OPT,
+                from_run: Optional[Path] = typer.Option(None, "--from-run", help="Re-score the completions a run logged "
+                                                        "(its config, then -c files, set the rewards) and show what changed."),
+                completions: Optional[Path] = typer.Option(None, "--completions", help="A jsonl of {\"row\": {prompt, "
+                                                           "columns...} or \"prompt\": ..., \"completion\": ...} rows."),
+                sample: Optional[int] = typer.Option(None, "--sample", min=1, help="Sample N completions per prompt "
+                                                     "from the configured model (no training) and score them."),
+                max_prompts: int = typer.Option(8, "--max-prompts", min=1, help="With --sample: the first N prompts of data.train."),
+                out: Path = typer.Option(Path("rewards_try.jsonl"), "--out", "-o", help="Scored rows, in completions.jsonl's format."),
+                force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
+                strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no signal.")) -> None:
+    """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
+    time per call, prompts without signal, and a verdict."""
+    from rlft.reward_try import TryError, check_sources, run_config_file, run_stage, try_rewards
+
+    files, own = list(config or []), None
+    try:
+        check_sources(from_run, completions, sample, out, force)
+        if from_run is not None:  # the run's own config first: its data rows, and its rewards unless -c sets others
+            stage = stage or run_stage(from_run)
+            own = run_config_file(from_run, stage)
+            files.insert(0, own)
+    except TryError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    try:
+        cfg, composed = _load(stage or "grpo", hw, files, overrides)
+    finally:
+        if own is not None:
+            own.unlink(missing_ok=True)
+    try:
+        code = try_rewards(cfg, composed, from_run=from_run, completions=completions, sample=sample,
+                           max_prompts=max_prompts, out=out, strict=strict, echo=typer.echo)
+    except TryError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
 def _replace_hw(argv: list[str], hw: str) -> list[str]:
     out, skip = [], False
     for i, a in enumerate(argv):
