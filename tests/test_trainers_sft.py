@@ -1,9 +1,7 @@
 """The SFT trainers of RS-SFT and AWR on the tiny model: completion-only labels, the AWR weighted
-loss against a hand computation from the full logits, and the TRL names rlft overrides."""
+loss against a hand computation from the full logits (the TRL names it overrides: test_trl_private.py)."""
 
 from __future__ import annotations
-
-import inspect
 
 import pytest
 import torch
@@ -99,14 +97,3 @@ def test_awr_zero_weight_row_gives_no_gradient(tiny, tmp_path):
     grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
     assert loss.item() == 0.0 and all(float(g.abs().sum()) == 0.0 for g in grads)
 
-
-def test_overridden_trl_names_still_exist():
-    from trl import SFTTrainer
-
-    from rlft.trainers.sft import TRL_OVERRIDES
-
-    for name, params in TRL_OVERRIDES.items():
-        fn = getattr(SFTTrainer, name, None)
-        assert callable(fn), f"TRL's SFTTrainer no longer has {name}"
-        have = list(inspect.signature(fn).parameters)
-        assert all(p in have for p in params), f"SFTTrainer.{name}{have} lacks {params}"

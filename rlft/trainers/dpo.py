@@ -4,6 +4,7 @@ TRL 1.16 truncates only the whole prompt + answer sequence (`max_length`, keepin
 drops pairs whose prompt alone fills it; it has no `max_prompt_length`. rlft keeps the key: after
 TRL tokenizes a dataset, prompts longer than `max_prompt_length` tokens keep their last tokens (the
 part nearest the answer), and only then are pairs whose prompt still fills `max_length` dropped.
+`_prepare_dataset` is TRL's private method: listed in rlft/trainers/trl_private.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ we let it run, then replace `advantages` with rlft's own, computed by the pure f
 `rlft.algos` from the gathered rewards, and slice this process's share back out. TRL's loss accepts
 per-token (B, T) advantages, which carries the KL penalty folded into the advantage. Completions go
 to completions.jsonl through the shared `rlft.rollout.CompletionLog`.
+
+TRL's private names used here are listed in rlft/trainers/trl_private.py (checked against the installed TRL).
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ How one training iteration runs here (TRL's `_prepare_inputs` is the seam):
    `kl_sample_train_v1/v2` measure it.
 4. Training on chunk c starts while the worker samples chunk c+1 (streaming), and with K >= 1 while it
    samples the next iterations' batches (async).
+
+TRL's private names used here are listed in rlft/trainers/trl_private.py (checked against the installed TRL).
 """
 
 from __future__ import annotations

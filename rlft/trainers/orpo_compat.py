@@ -6,7 +6,8 @@ needs to follow.
 
 TRL 1.16's ORPO has no `max_prompt_length` either: `RlftORPOTrainer` shortens each prompt (after
 the chat template is applied) to its last `max_prompt_length` tokens before TRL tokenizes the
-pair, so that the answer, not the prompt, keeps its room within `max_length`.
+pair, so that the answer, not the prompt, keeps its room within `max_length` (`tokenize_row`'s
+parameters are checked with rlft/trainers/trl_private.py).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ A `step` in metrics.jsonl and checkpoints is one update.
 With an environment (`env.name`) an episode is multi-turn (`rlft.rollout.episodes`): the env's step
 rewards sit on each turn's last action token, observation tokens are masked out of the loss and
 skipped by GAE, so the advantage runs across the whole episode (verl's multi-turn PPO).
+
+transformers' private Trainer methods used here are listed in rlft/trainers/trl_private.py.
 """
 
 from __future__ import annotations

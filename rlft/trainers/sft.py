@@ -10,8 +10,7 @@ the weighted NLL (rlft.algos.weighted_nll) from the per-token log-probs of TRL's
 same forward TRL's own loss uses, with the weight multiplied in. Weights are not renormalised per
 batch; the loss is divided by the token count of the optimizer step, as TRL's unweighted loss is.
 
-The TRL names overridden here are listed in `TRL_OVERRIDES`; a test checks that the installed TRL
-still has them with the expected parameters.
+The TRL names overridden here are listed in rlft/trainers/trl_private.py, checked against the installed TRL.
 """
 
 from __future__ import annotations
@@ -22,12 +21,6 @@ import torch
 from trl import SFTTrainer
 
 WEIGHT_COLUMN = "weight"
-
-# (TRL attribute, parameters rlft relies on) for every SFTTrainer method rlft overrides
-TRL_OVERRIDES = {
-    "compute_loss": ("model", "inputs", "return_outputs", "num_items_in_batch"),
-    "_set_signature_columns_if_needed": (),
-}
 
 
 class WeightedCollator:
