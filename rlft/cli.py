@@ -20,7 +20,8 @@ EXIT_CODES = (
     (1, "internal error (a bug: please report it with `rlft env`)"),
     (2, "bad config or input (the message names the key, file and allowed values)"),
     (3, "hardware preflight failed (the profile does not fit this machine)"),
-    (4, "stopped by a health rule or by reward failures (a checkpoint was written)"),
+    (4, "stopped by a health rule or by reward failures (a checkpoint was written); `rewards try --strict`: a "
+        "reward failed or has no signal"),
     (130, "interrupted by Ctrl-C or SIGTERM (a checkpoint was written; resume with --resume)"),
 )
 EPILOG = "Exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES) + "."
@@ -273,7 +274,8 @@ def _read_only_exit(exc: OSError) -> None:
 
 
 @app.command("report")
-def report(runs: List[Path] = typer.Argument(..., help="Run folder(s); several are overlaid on the same graphs."),
+def report(runs: List[Path] = typer.Argument(..., help="Run folder(s), or jsonl files of completion rows (as `rlft "
+                                                    "rewards try` writes); several are overlaid on the same graphs."),
            out: Optional[Path] = typer.Option(None, "--out", "-o",
                                               help="Output folder: new, empty, or a report rlft wrote before "
                                                    "(default: report/ in the first run's folder)."),

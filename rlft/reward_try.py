@@ -71,9 +71,9 @@ def run_log(run: Path) -> Path:
 
 
 def run_stage(run: Path) -> str:
-    from rlft.posttrain import _run_config
+    from rlft.run import saved_config
 
-    return _run_config(run).get("stage") or "grpo"
+    return (saved_config(run) or {}).get("stage") or "grpo"
 
 
 def run_config_file(run: Path, stage: str) -> Path:
@@ -321,7 +321,7 @@ def try_rewards(cfg: RlftConfig, composed, *, from_run: Path | None, completions
             echo(line)
     write_rows(out, items, scored)
     echo(trial.verdict())
-    echo(f"scored rows written to {out}")
+    echo(f"scored rows written to {out} (browse them: rlft report {out})")
     problems = trial.problems()
     if strict and problems:
         echo(f"--strict: {'; '.join(problems)}")

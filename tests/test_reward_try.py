@@ -58,6 +58,10 @@ def test_completions_file_scored_with_weights_and_columns(tmp_path):
     assert line.endswith("1 of 2")  # 3+3? scored 1 and 1: no signal; 2+2? has some; say hi has one sample
     assert "printed (first call):" in out and "scoring 2" in out
     assert "verdict [ok]: signal on 1 of 2 prompts, no failures" in out
+    assert "(browse them: rlft report rewards_try.jsonl)" in out
+    report = run_cli("report", "rewards_try.jsonl", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "5 completions" in report.stdout and (tmp_path / "rewards_try-report" / "index.html").is_file()
     # the output is refused a second time unless --force
     again = _try(tmp_path, "-c", cfg, "--completions", data)
     assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1

@@ -56,7 +56,10 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     if not paths:
         raise ReportInputError("give at least one run folder")
     runs: list[RunData] = [load_run(p, name, max_chars) for p, name in zip(paths, unique_names(paths))]
-    out = Path(out_dir) if out_dir is not None else paths[0] / "report"
+    if out_dir is not None:
+        out = Path(out_dir)
+    else:  # beside a jsonl of completion rows: rewards_try.jsonl -> rewards_try-report/
+        out = paths[0] / "report" if paths[0].is_dir() else paths[0].with_name(f"{paths[0].stem}-report")
     ours = _claim_out(out, out_dir is None, force)
     graphs = plan_graphs(runs)
     note = ""

@@ -239,8 +239,14 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     path = Path(path)
     if not path.exists():
         raise ReportInputError(f"{path}: no such run folder")
+    if path.is_file() and path.suffix == ".jsonl":  # completion rows alone, e.g. what `rlft rewards try` wrote
+        completions = load_completions(read_jsonl(path), max_chars)
+        fill_lengths(completions, None)
+        return RunData(path=path, name=name or path.name, stage="unknown", metrics=[], eval_metrics=[], health=[],
+                       reward_logs=[], summary={}, completions=completions)
     if not path.is_dir():
-        raise ReportInputError(f"{path}: not a folder (give the run folder, e.g. runs/grpo-20250101-120000)")
+        raise ReportInputError(f"{path}: not a folder (give the run folder, e.g. runs/grpo-20250101-120000, or a "
+                               f"jsonl of completion rows)")
     files = {n: path / n for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "health.jsonl",
                                    "reward_logs.jsonl", "summary.json")}
     if not any(files[n].is_file() for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "summary.json")):
