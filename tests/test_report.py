@@ -126,7 +126,8 @@ def test_odd_values_still_make_a_page(tmp_path):
         '"meta": {"k": [1, 2]}}\n{"step": "x", "prompt": null, "rewards": null}\n[1, 2]\n')
     res = build_report([root])
     data = _page_data(res.index.read_text())["runs"][0]["completions"]
-    assert data["tot"] == [None, None] and data["r"] == [[None, None]] and data["s"] == [1, 0]
+    assert data["tot"] == [None] and data["r"] == [[None]] and data["s"] == [1]
+    assert "skipped 2 malformed row(s) of completions.jsonl" in res.note  # the text step and the list
     assert data["prompts"][0]["extra"] == {"score_hint": None, "meta": '{"k": [1, 2]}'}
 
 

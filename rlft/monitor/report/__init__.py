@@ -68,6 +68,8 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     except ImportError:  # the page still has completions and logs; say how to get the graphs
         note = "matplotlib is not installed: no graphs (pip install matplotlib)"
         graphs = []
+    # rows of the wrong shape are skipped, never guessed at: say how many of which file
+    note = "; ".join([*([note] if note else []), *(f"{r.name}: {p}" for r in runs for p in r.problems)])
     img_dir = out / "graphs"
     img_dir.mkdir(exist_ok=True)
     if ours:  # graphs of an earlier report that this one no longer draws; never in a user's own folder

@@ -164,7 +164,7 @@ def version_changes(rows) -> list[tuple[int, object]]:
     out, last = [], None
     for r in rows:
         v = r.get("reward_version")
-        if v is None:
+        if v is None or isinstance(v, float) and not math.isfinite(v):  # the page's JSON has no NaN
             continue
         if isinstance(v, float) and v.is_integer():
             v = int(v)  # averaged by the trainer's logging into 2.0

@@ -212,6 +212,8 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") ->
     if changes:
         version_note = "<p class=muted>Reward functions changed mid-run: " + "; ".join(
             f"{_e(n)} at step(s) {_e(', '.join(str(s) for s, _ in ch))}" for n, ch in changes) + " (dotted lines).</p>"
+    skipped = [f"{r.name}: {p}" for r in runs for p in r.problems]
+    skipped_note = (f"<p class=note>Left out as malformed: {_e('; '.join(skipped))}.</p>" if skipped else "")
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -226,7 +228,7 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") ->
 <button data-tab="completions">Completions</button><button data-tab="top">Top &amp; bottom</button></nav></header>
 <main>
 <section class=tab id="tab-graphs">
-<h2>Runs</h2>{_summary_rows(runs)}
+<h2>Runs</h2>{_summary_rows(runs)}{skipped_note}
 <p class=muted>Markers on the x-axis: ▼ yellow = health warning, ▼ red = critical, ▲ purple = rollback.
 Curves with many points show a faint raw line and its moving average.</p>{version_note}
 {_graphs_html(graphs, image_dir) or "<p class=note>No numeric metrics logged yet.</p>"}

@@ -64,6 +64,7 @@ class RunData:
     summary: dict
     completions: Completions | None
     samples_only: bool = False  # completions came from samples.jsonl (RS-SFT/AWR sampling phase)
+    problems: list = field(default_factory=list)  # what was skipped as malformed, one phrase per file
 
 
 def _num(x):
@@ -74,21 +75,109 @@ def _num(x):
     return None
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a jsonl file; a torn last line (a run still writing) and blank lines are skipped."""
-    rows = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_finite(x) -> bool:
+    return _is_number(x) and math.isfinite(x)
+
+
+# kinds of value a field of a run file may hold (null always may: "not measured")
+KINDS = {
+    "number": _is_number,                                       # NaN / Infinity too: shown as "none"
+    "finite": _is_finite,                                       # steps, times: used as positions and in the page's JSON
+    "count": lambda v: _is_finite(v) and v >= 0,
+    "text": lambda v: isinstance(v, str),
+    "object": lambda v: isinstance(v, dict),
+    "id": lambda v: isinstance(v, str) or _is_finite(v),
+    "flag or number": lambda v: isinstance(v, bool) or _is_finite(v),
+    "text or number": lambda v: isinstance(v, str) or _is_finite(v),
+}
+COUNTS = {k: "count" for k in ("completion_tokens", "completion_length", "length", "prompt_tokens", "prompt_length")}
+# the fields the report reads from each jsonl file and the kind each must be; a row with another kind in
+# one of them (or a row that is not a JSON object) is skipped and counted, never guessed at
+ROW_FIELDS = {
+    "completions": {"step": "finite", "round": "finite", "prompt_id": "id", "completion": "text", "text": "text",
+                    "rewards": "object", "total": "number", "advantage": "number", "weight": "number",
+                    "kept": "flag or number", "reward_version": "text or number", **COUNTS},
+    "health": {"step": "finite", "rule": "text", "level": "text", "metric": "text", "action": "text", "message": "text",
+               "source": "text", "value": "number", "threshold": "number"},
+    "reward_logs": {"step": "finite", "reward": "text", "calls": "count", "ms": "finite", "errors": "count",
+                    "output": "text", "error": "text"},
+}
+SUMMARY_FIELDS = {"stage": "text", "status": "text", "steps": "finite", "wall_s": "finite", "max_steps": "finite",
+                  "headline": "object", "reward": "object", "best_checkpoint": "object", "eval": "object"}
+
+
+def _fits(row: dict, fields: dict) -> bool:
+    return all(row.get(k) is None or KINDS[kind](row[k]) for k, kind in fields.items())
+
+
+def metrics_row_ok(row) -> bool:
+    """A metrics.jsonl row: an object with a numeric step whose values are numbers, true/false or null
+    (`stage` is the one text field rlft writes)."""
+    return (isinstance(row, dict) and _is_finite(row.get("step"))
+            and all(v is None or isinstance(v, bool) or _is_number(v) or (k == "stage" and isinstance(v, str))
+                    for k, v in row.items()))
+
+
+def completion_row_ok(row) -> bool:
+    """A completions.jsonl / samples.jsonl row: its known fields of the right kind, every reward score a number."""
+    return (isinstance(row, dict) and _fits(row, ROW_FIELDS["completions"])
+            and all(v is None or _is_number(v) for v in (row.get("rewards") or {}).values()))
+
+
+def health_row_ok(row) -> bool:
+    return isinstance(row, dict) and _fits(row, ROW_FIELDS["health"])
+
+
+def reward_log_row_ok(row) -> bool:
+    return isinstance(row, dict) and _fits(row, ROW_FIELDS["reward_logs"])
+
+
+def read_jsonl(path: Path, ok=lambda row: isinstance(row, dict)) -> tuple[list[dict], int]:
+    """(rows for which `ok` holds, count of the other lines). A torn last line (a run still writing) and
+    blank lines are skipped without counting; any other line that is not JSON counts as malformed."""
+    rows, bad = [], 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = fh.readlines()
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:  # JSONDecodeError, or a number too large for Python's int
+            bad += i < len(lines) - 1 or line.endswith("\n")
+            continue
+        if ok(row):
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def read_summary(path: Path) -> tuple[dict, list[str]]:
+    """summary.json as a dict with its known fields of the right kind, and what was ignored (in words)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError:
+        return {}, ["summary.json is not valid JSON: ignored"]
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a string", type(None): "null"}.get(type(data), "a number or true/false")
+        return {}, [f"summary.json is {kind}, not an object: ignored"]
+    wrong = [k for k, kind in SUMMARY_FIELDS.items() if data.get(k) is not None and not KINDS[kind](data[k])]
+    data = {k: v for k, v in data.items() if k not in wrong}
+    ev = data.get("eval") or {}
+    wrong += [f"eval.{k}" for k in ("start", "end") if ev.get(k) is not None and not isinstance(ev[k], dict)]
+    if "eval" in data:
+        data["eval"] = {k: v for k, v in ev.items() if f"eval.{k}" not in wrong}
+    return data, ([f"summary.json: {len(wrong)} field(s) of the wrong kind ignored ({', '.join(wrong)})"] if wrong else [])
 
 
 def _stage(path: Path, summary: dict, metrics: list) -> str:
@@ -98,10 +187,13 @@ def _stage(path: Path, summary: dict, metrics: list) -> str:
         if row.get("stage"):
             return str(row["stage"])
     cfg = path / "config.yaml"
-    if cfg.is_file():
-        for line in cfg.read_text(errors="replace").splitlines():
-            if line.startswith("stage:"):
-                return line.split(":", 1)[1].split("#", 1)[0].strip().strip("'\"")
+    try:
+        text = cfg.read_text(errors="replace") if cfg.is_file() else ""
+    except OSError:
+        text = ""  # the stage only labels the page
+    for line in text.splitlines():
+        if line.startswith("stage:"):
+            return line.split(":", 1)[1].split("#", 1)[0].strip().strip("'\"")
     return "unknown"
 
 
@@ -240,10 +332,12 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     if not path.exists():
         raise ReportInputError(f"{path}: no such run folder")
     if path.is_file() and path.suffix == ".jsonl":  # completion rows alone, e.g. what `rlft rewards try` wrote
-        completions = load_completions(read_jsonl(path), max_chars)
+        rows, bad = read_jsonl(path, completion_row_ok)
+        completions = load_completions(rows, max_chars)
         fill_lengths(completions, None)
         return RunData(path=path, name=name or path.name, stage="unknown", metrics=[], eval_metrics=[], health=[],
-                       reward_logs=[], summary={}, completions=completions)
+                       reward_logs=[], summary={}, completions=completions,
+                       problems=[f"skipped {bad} malformed row(s) of {path.name}"] if bad else [])
     if not path.is_dir():
         raise ReportInputError(f"{path}: not a folder (give the run folder, e.g. runs/grpo-20250101-120000, or a "
                                f"jsonl of completion rows)")
@@ -251,29 +345,35 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
                                    "reward_logs.jsonl", "summary.json")}
     if not any(files[n].is_file() for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "summary.json")):
         raise ReportInputError(f"{path}: not an rlft run folder (no metrics.jsonl, completions.jsonl or summary.json)")
+    problems: list = []
     summary = {}
     if files["summary.json"].is_file():
-        try:
-            summary = json.loads(files["summary.json"].read_text())
-        except json.JSONDecodeError:
-            summary = {}
-    rows = read_jsonl(files["metrics.jsonl"]) if files["metrics.jsonl"].is_file() else []
+        summary, problems = read_summary(files["summary.json"])
+
+    def rows_of(name: str, ok) -> list:
+        if not files[name].is_file():
+            return []
+        rows, bad = read_jsonl(files[name], ok)
+        if bad:
+            problems.append(f"skipped {bad} malformed row(s) of {name}")
+        return rows
+
+    rows = rows_of("metrics.jsonl", metrics_row_ok)
     train_rows, eval_rows = [], []
     for row in rows:
         (eval_rows if any(k.startswith("eval_") for k in row) else train_rows).append(row)
     stage = _stage(path, summary, rows)
     completions, samples_only = None, False
-    source = files["completions.jsonl"]
-    if not source.is_file() and files["samples.jsonl"].is_file():
-        source, samples_only = files["samples.jsonl"], True
-    if source.is_file():
-        completions = load_completions(read_jsonl(source), max_chars)
+    source = "completions.jsonl"
+    if not files[source].is_file() and files["samples.jsonl"].is_file():
+        source, samples_only = "samples.jsonl", True
+    if files[source].is_file():
+        completions = load_completions(rows_of(source, completion_row_ok), max_chars)
         fill_lengths(completions, find_tokenizer(path))
     return RunData(path=path, name=name or path.resolve().name, stage=stage, metrics=train_rows,
-                   eval_metrics=eval_rows,
-                   health=read_jsonl(files["health.jsonl"]) if files["health.jsonl"].is_file() else [],
-                   reward_logs=read_jsonl(files["reward_logs.jsonl"]) if files["reward_logs.jsonl"].is_file() else [],
-                   summary=summary, completions=completions, samples_only=samples_only)
+                   eval_metrics=eval_rows, health=rows_of("health.jsonl", health_row_ok),
+                   reward_logs=rows_of("reward_logs.jsonl", reward_log_row_ok),
+                   summary=summary, completions=completions, samples_only=samples_only, problems=problems)
 
 
 def unique_names(paths: list[Path]) -> list[str]:
