@@ -92,13 +92,15 @@ def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TryError(f"{what} {path}: cannot read it ({exc})") from None
-    rows = []
-    for i, line in enumerate(text.splitlines(), 1):
+    rows, lines = [], text.splitlines()
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
+            if i == len(lines) and not text.endswith("\n"):  # a run still writing its last row
+                continue
             raise TryError(f"{path}:{i}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(row, dict):
             raise TryError(f"{path}:{i}: expected a JSON object, got {type(row).__name__}")
