@@ -11,10 +11,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RLFT_CACHE", str(ROOT / ".cache" / "rlft"))
 
 
-def run_cli(*args, cwd=ROOT, env=None, timeout=900):
-    """Run `rlft ARGS...` in a subprocess, as a user would."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlft.cli", *map(str, args)], cwd=cwd, env=full_env,
+FAULT_CLI = ROOT / "tests" / "fault_cli.py"
+
+
+def cli_command(faults=None) -> list:
+    """How a test starts `rlft`: as a user would, or with `faults` ({RLFT_FAULT_* variable: value}, set in
+    the run's environment) through tests/fault_cli.py, which patches them in (rlft itself has no test hooks)."""
+    return [sys.executable, str(FAULT_CLI)] if faults else [sys.executable, "-m", "rlft.cli"]
+
+
+def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
+    """Run `rlft ARGS...` in a subprocess, as a user would (with `faults`: see cli_command)."""
+    full_env = {**os.environ, **(env or {}), **(faults or {})}
+    return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -33,7 +42,7 @@ def interrupt_after_checkpoint(out, step, *args, timeout=300):
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *map(str, args)], cwd=ROOT, env=dict(os.environ),
+    proc = subprocess.Popen([*cli_command(), *map(str, args)], cwd=ROOT, env=dict(os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout
     while not (Path(out) / "checkpoints" / f"checkpoint-{step}" / "rlft_complete").exists():

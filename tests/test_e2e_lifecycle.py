@@ -14,9 +14,9 @@ DEMO = "configs/examples/grpo_demo.yaml"
 SHORT = ["train.max_steps=8", "train.save_steps=3"]
 
 
-def _train(out, *extra, env=None):
+def _train(out, *extra, faults=None):
     return run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, *extra,
-                   env=env)
+                   faults=faults)
 
 
 def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
@@ -64,7 +64,7 @@ def test_resume_missing_folder_and_existing_folder(tmp_path):
 
 def test_nan_loss_stops_with_checkpoint(tmp_path):
     out = tmp_path / "run"
-    res = _train(out, env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "2"})
+    res = _train(out, faults={"RLFT_FAULT_NAN_LOSS_AT_STEP": "2"})
     assert res.returncode == 4, res.stderr[-2000:]  # stopped by a health rule
     assert "loss_nan" in res.stderr
     health = [h for h in read_jsonl(out / "health.jsonl") if h["action"] != "warn"]
@@ -76,7 +76,7 @@ def test_nan_loss_stops_with_checkpoint(tmp_path):
 
 def test_rollback_reloads_and_continues(tmp_path):
     out = tmp_path / "run"
-    res = _train(out, "monitor.on_critical=rollback", env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "5"})
+    res = _train(out, "monitor.on_critical=rollback", faults={"RLFT_FAULT_NAN_LOSS_AT_STEP": "5"})
     assert res.returncode == 0, res.stderr[-2000:]
     health = [h for h in read_jsonl(out / "health.jsonl") if h["action"] != "warn"]
     assert [h["action"] for h in health] == ["rollback", "rollback"]

@@ -100,7 +100,7 @@ def test_health_rollback_restores_adapter_and_value_head(tmp_path):
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
                   "ppo.num_episodes=96", "ppo.save_interval=32", "monitor.on_critical=rollback",
-                  env={"RLFT_FAULT_NAN_LOSS_AT_STEP": "3"})
+                  faults={"RLFT_FAULT_NAN_LOSS_AT_STEP": "3"})
     assert res.returncode == 0, res.stderr[-3000:]
     health = read_jsonl(out / "health.jsonl")
     rolled = [h for h in health if h["rule"] == "rollback"]

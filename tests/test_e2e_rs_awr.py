@@ -21,9 +21,9 @@ AWR_DEMO = "configs/examples/awr_demo.yaml"
 SMALL = ["data.max_samples=8", "data.eval_prompts=4", "train.num_train_epochs=1", "train.per_device_train_batch_size=8"]
 
 
-def _train(stage, demo, out, *extra, env=None, resume=False):
+def _train(stage, demo, out, *extra, faults=None, resume=False):
     args = ["train", "--stage", stage, "--hw", "cpu", "-c", demo, f"train.output_dir={out}", *extra]
-    return run_cli(*args, *(["--resume"] if resume else []), env=env)
+    return run_cli(*args, *(["--resume"] if resume else []), faults=faults)
 
 
 def _summary(out):
@@ -100,7 +100,7 @@ def test_awr_demo_learns(tmp_path):
 def test_kill_while_sampling_resumes_after_last_prompt(tmp_path):
     small = [*SMALL, "rs_sft.rounds=1", "rs_sft.generation_batch_size=16"]  # 2 prompts per generate call
     out = tmp_path / "run"
-    res = _train("rs_sft", RS_DEMO, out, *small, env={"RLFT_FAULT_SIGTERM_AFTER_PROMPTS": "4"})
+    res = _train("rs_sft", RS_DEMO, out, *small, faults={"RLFT_FAULT_SIGTERM_AFTER_PROMPTS": "4"})
     assert res.returncode == 130, res.stderr[-3000:]
     assert "--resume" in res.stderr
     first = read_jsonl(out / "samples.jsonl")

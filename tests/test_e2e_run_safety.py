@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, read_jsonl, run_cli
+from conftest import ROOT, cli_command, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/grpo_demo.yaml"
@@ -73,8 +73,9 @@ def test_overwrite_refuses_to_clobber_an_unrelated_old_folder(tmp_path):
 
 def test_second_run_on_a_busy_folder_is_refused(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *_args(out, "train.max_steps=5", "train.save_steps=1")],
-                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "RLFT_FAULT_SLEEP_AT_STEP": "2:300"},
+    faults = {"RLFT_FAULT_SLEEP_AT_STEP": "2:300"}
+    proc = subprocess.Popen([*cli_command(faults), *_args(out, "train.max_steps=5", "train.save_steps=1")],
+                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **faults},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # idles in step 2
     try:
         _wait_for(proc, lambda: (out / "checkpoints" / "checkpoint-1" / "rlft_complete").exists(), "a checkpoint")

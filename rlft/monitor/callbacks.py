@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 from transformers import TrainerCallback
 
 
@@ -13,11 +10,6 @@ class InterruptCallback(TrainerCallback):
 
     def __init__(self, interrupt):
         self.interrupt = interrupt
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        fault = os.environ.get("RLFT_FAULT_SLEEP_AT_STEP")  # tests: "STEP:SECONDS", a long step to interrupt
-        if fault and state.global_step + 1 == int(fault.split(":")[0]):
-            time.sleep(float(fault.split(":")[1]))
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.interrupt.signal is not None:

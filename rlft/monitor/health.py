@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,9 +19,6 @@ from transformers import TrainerCallback
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.run import RunDir, checkpoint_step
-
-# Fault injection for tests and drills: RLFT_FAULT_NAN_LOSS_AT_STEP=N makes step N's loss NaN.
-FAULT_NAN_LOSS = "RLFT_FAULT_NAN_LOSS_AT_STEP"
 
 
 class RunStopped(Exception):
@@ -144,8 +140,6 @@ class HealthMonitor(TrainerCallback):
         self.trainer = None
         self.ctx = None
         self._initial_state = None
-        fault = os.environ.get(FAULT_NAN_LOSS)
-        self.fault_step = int(fault) if fault else None
 
     def attach(self, trainer, ctx) -> None:
         self.trainer, self.ctx = trainer, ctx
@@ -155,11 +149,6 @@ class HealthMonitor(TrainerCallback):
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             self._initial_state = {k: v.detach().clone() for k, v in model.state_dict().items()
                                    if "lora_" in k or not self.cfg.lora.enabled}
-
-    def inject_faults(self, record: dict) -> None:
-        if self.fault_step is not None and record.get("step") == self.fault_step:
-            record["loss"] = float("nan")
-            self.fault_step = None  # once: a rollback must be able to continue past it
 
     def action_for(self, level: str) -> str:
         m = self.cfg.monitor

@@ -83,8 +83,6 @@ class MetricsWriter(TrainerCallback):
         record = {"step": state.global_step, "time": round(time.time(), 3), "stage": self.stage,
                   **normalise(logs, self.stage)}
         self._carry_batch_metrics(record)
-        if self.health is not None:
-            self.health.inject_faults(record)
         if main:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")

@@ -23,9 +23,7 @@ summary.json's eval.start / eval.end: mean total reward of fresh samples on the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -36,8 +34,6 @@ from rlft.run import COMPLETE_MARKER, RunError, RunOptions
 from rlft.stages.decide import training_pairs
 from rlft.stages.samples_log import SamplesLog
 
-# Fault injection for tests and drills: SIGTERM to this process once N prompts of a round are sampled.
-FAULT_SIGTERM_AFTER_PROMPTS = "RLFT_FAULT_SIGTERM_AFTER_PROMPTS"
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
 
 
@@ -235,12 +231,6 @@ class SampledSFT:
             round_rows += rows
             if self.ctx.rank == 0:
                 self.log.append(rows)
-            fault = os.environ.pop(FAULT_SIGTERM_AFTER_PROMPTS, None)
-            if fault is not None:
-                if idx[-1] + 1 >= int(fault):
-                    os.kill(os.getpid(), signal.SIGTERM)
-                else:
-                    os.environ[FAULT_SIGTERM_AFTER_PROMPTS] = fault
             sig = self.ctx.interrupt.signal
             if sig is not None:
                 self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
