@@ -58,8 +58,8 @@ def test_resume_missing_folder_and_existing_folder(tmp_path):
     assert res.returncode == 2 and "nothing to resume" in res.stderr and "Traceback" not in res.stderr
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("x")
-    res = _train(tmp_path / "busy")
-    assert res.returncode == 2 and "--resume" in res.stderr and "--overwrite" in res.stderr
+    res = _train(tmp_path / "busy")  # not an rlft run: neither resumed nor replaced, whatever the flags
+    assert res.returncode == 2 and "not an rlft run folder" in res.stderr and "--overwrite" not in res.stderr
 
 
 def test_nan_loss_stops_with_checkpoint(tmp_path):

@@ -106,9 +106,9 @@ def test_eval_checks_reward_columns_and_prompt_length(run, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "1 prompt(s) longer than 48 tokens" in res.stderr and "2 prompts x 1 = 2 completions" in res.stdout
     res = run_cli("eval", run, "--data", data, "-n", "1", "-o", tmp_path / "e.jsonl", "train.max_seq_length=64",
-                  "data.too_long=error")
+                  "data.too_long=error", "--force")
     assert res.returncode == 2 and "longer than 48 tokens" in res.stderr and "Traceback" not in res.stderr
     nocol = tmp_path / "nocol.jsonl"
     nocol.write_text(json.dumps({"prompt": "Repeat the letter z:"}) + "\n")
-    res = run_cli("eval", run, "--data", nocol, "-n", "1", "-o", tmp_path / "e.jsonl")
+    res = run_cli("eval", run, "--data", nocol, "-n", "1", "-o", tmp_path / "e.jsonl", "--force")
     assert res.returncode == 2 and "reads column 'target'" in res.stderr and "Traceback" not in res.stderr

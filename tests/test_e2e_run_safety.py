@@ -62,10 +62,13 @@ def test_overwrite_keeps_old_run_until_new_run_checkpoints(tmp_path):
 
 
 def test_overwrite_refuses_to_clobber_an_unrelated_old_folder(tmp_path):
+    from rlft.folders import mark
+
     out, old = tmp_path / "run", tmp_path / "run.old"
     for d in (out, old):
         d.mkdir()
         (d / "keep.txt").write_text("mine")
+    mark(out, "run")  # an rlft run, with a folder of the user's where its replacement would be moved
     res = _train(out, "train.max_steps=1", "--overwrite")
     assert res.returncode == 2 and f"{old} already exists" in res.stderr and "Traceback" not in res.stderr
     assert (out / "keep.txt").read_text() == (old / "keep.txt").read_text() == "mine"
