@@ -24,12 +24,13 @@ def is_eval(logs: dict) -> bool:
     return any(key.startswith("eval_") for key in logs)
 
 
-def normalise(logs: dict, stage: str) -> dict:
+def normalise(logs: dict, stage: str, nan=None) -> dict:
+    """rlft's names for TRL's keys, every key of the stage's spec present, NaN written as `nan` (JSON null)."""
     out: dict = {}
     for key, value in logs.items():
         key = RENAMES.get(key, key) if RENAMES.get(key, key) not in logs else key
         if isinstance(value, float) and math.isnan(value):
-            value = None
+            value = nan
         out[key] = value
     if is_eval(logs):  # evaluation records keep just their own eval_* keys
         return out
@@ -89,4 +90,8 @@ class MetricsWriter(TrainerCallback):
             if self.console is not None:
                 self.console.on_metrics(record)
         if self.health is not None:
-            self.health.check(record, control, write=main)
+            # the file says null for NaN (JSON has no NaN), but the health rules must see the NaN itself:
+            # a null loss means "not measured", a NaN loss means the run is broken
+            nans = {k: v for k, v in normalise(logs, self.stage, nan=math.nan).items()
+                    if isinstance(v, float) and math.isnan(v)}
+            self.health.check({**record, **nans}, control, write=main)
