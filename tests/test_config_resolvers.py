@@ -65,7 +65,11 @@ def test_resolver_in_a_pipeline_file_is_refused():
     refused("pipeline", "validate", "p.yaml", "stages.1.data.system_prompt=${oc.env:RLFT_TEST_SECRET}")
 
 
-def test_key_interpolation_still_works_and_reward_kwargs_stay_literal():
+def test_reward_kwargs_stay_literal_while_resolvers_elsewhere_are_refused():
+    Path("k.yaml").write_text("data: {train: demo, system_prompt: '${oc.env:RLFT_TEST_SECRET}'}\nrewards:\n"
+                              "  - fn: char_fraction\n    kwargs: {template: '${oc.env:RLFT_TEST_SECRET}'}\n")
+    ((key, _, _),) = refused("validate-config", "--stage", "grpo", "-c", "k.yaml")
+    assert key == "data.system_prompt"  # the reward's kwargs are its own text, never interpolated
     Path("k.yaml").write_text("lora: {r: 8, lora_alpha: '${lora.r}'}\ndata:\n  train: demo\n  system_prompt: "
                               "'\\${oc.env:RLFT_TEST_SECRET}'\nrewards:\n  - fn: char_fraction\n"
                               "    kwargs: {template: '${oc.env:RLFT_TEST_SECRET}'}\n")

@@ -13,6 +13,8 @@ neither poisons its siblings nor pushes the policy anywhere.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Callable
 
 import torch
@@ -51,6 +53,10 @@ def get_baseline(name: str | BaselineFn) -> BaselineFn:
             "(or a user function as 'package.module:function')"
         )
     module_name, _, attr = name.partition(":")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:  # console scripts leave the working directory off sys.path; validate-config looks there too
+        sys.path.insert(0, cwd)
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -58,6 +64,9 @@ def get_baseline(name: str | BaselineFn) -> BaselineFn:
             f"cannot import baseline {name!r} ({exc}); valid names: {valid} "
             "(or a user function as 'package.module:function')"
         ) from exc
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
     if not callable(fn):
         raise ValueError(f"baseline {name!r} is not callable")
     return fn

@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
+from rlft.config.names import AWR_BASELINES, GRPO_BASELINES, KEEP_RULES, KL_PENALTIES, TOO_LONG_MODES
 from rlft.config.stages import HARDWARE, STAGES, sampling_stages
 
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
@@ -69,7 +70,7 @@ class TrainConfig:
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
-    max_steps: int = F(-1, "Total optimizer steps; -1 derives them from num_train_epochs.", ge=-1)
+    max_steps: int = F(-1, "Total optimizer steps; -1 derives them from num_train_epochs.", ge=1, also=[-1])
     lr_scheduler_type: str = F("cosine", "Learning-rate schedule.", choices=SCHEDULERS)
     warmup_ratio: float = F(0.1, "Fraction of steps spent warming up.", ge=0, le=1)
     weight_decay: float = F(0.01, "AdamW weight decay.", ge=0, le=1)
@@ -101,7 +102,7 @@ class DataConfig:
     chat_template: str = F("auto", "Plain-text prompts (and preference answers) through the tokenizer's chat template: auto = when the tokenizer has one, always = required, never = raw text. Message lists are always templated.", choices=["auto", "always", "never"])
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
-    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=["truncate", "drop", "error"])
+    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=list(TOO_LONG_MODES))
     eval_prompts: int = F(16, "Sampling stages (GRPO, PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
@@ -133,7 +134,7 @@ class ORPOConfig:
 @dataclass
 class RSSFTConfig:
     num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
-    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=["best", "above_threshold"])
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
     reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
     max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
     rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
@@ -148,7 +149,7 @@ class AWRConfig:
     advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / tau).", gt=0, le=100)
     normalize_advantage: bool = F(True, "Normalise advantages to mean 0, std 1 over the whole sampled set before weighting.")
     clip_advantage: float = F(10.0, "Maximum weight of one sample (weights above are clipped to it).", gt=0)
-    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=["group_mean", "global_mean"])
+    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=list(AWR_BASELINES))
     num_samples_per_prompt: int = F(8, "Completions sampled per prompt of data.train.", ge=1, le=256)
     temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
     top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
@@ -171,7 +172,7 @@ class PPOConfig:
     cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
     ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
-    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=["kl", "abs", "mse", "full"])
+    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=list(KL_PENALTIES))
     init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
     target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
     adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
@@ -201,7 +202,7 @@ class GRPOConfig:
     batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
     num_substeps: int = F(1, "Minibatches per iteration, one optimizer step each; must divide batch_size.", ge=1, le=64)
     ppo_epochs: int = F(1, "Passes over each generated batch (TRL num_iterations).", ge=1, le=16)
-    baseline_mode: str = F("group_mean", "Advantage baseline: group_mean, group_mean_std, global_mean, leave_one_out, or `pkg.mod:fn`.")
+    baseline_mode: str = F("group_mean", f"Advantage baseline: {', '.join(GRPO_BASELINES)}, or a function as `package.module:function` (importable from the working directory or the Python path).")
     remove_constant_reward_groups: bool = F(False, "Drop groups whose rewards are all equal (no gradient signal).")
     kl_penalty_coef: float = F(0.0, "KL-to-reference coefficient (0 = off; 0.01-0.1 typical).", ge=0, le=10)
     kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])

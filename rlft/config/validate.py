@@ -15,6 +15,7 @@ from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.init_from import resolve_init_from
 from rlft.config.lr import resolve_learning_rate
+from rlft.config.names import GRPO_BASELINES
 from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
 from rlft.config.stages import SPECS as STAGE_SPECS
 from rlft.config.stages import STAGE_SECTIONS
@@ -49,7 +50,7 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
     """Why `value` is not allowed for `spec`, or None when it is."""
     if value is None:
         return None if spec.optional else f"must not be null; expected {spec.allowed()}"
-    if spec.also and value in spec.also:
+    if spec.also and any(type(value) is type(word) and value == word for word in spec.also):  # -1.0 is no -1
         return None
     tp = spec.type
     ok = {
@@ -160,7 +161,7 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     if g("grpo.batch_size") and g("grpo.num_substeps") and isinstance(g("grpo.batch_size"), int) \
             and isinstance(g("grpo.num_substeps"), int) and g("grpo.batch_size") % g("grpo.num_substeps"):
         bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
-        divisors = [d for d in range(1, bs + 1) if bs % d == 0]
+        divisors = [d for d in range(1, min(bs, SPECS["grpo.num_substeps"].le) + 1) if bs % d == 0]  # not 10^12 tries
         err("grpo.num_substeps", f"grpo.batch_size ({bs}) must be divisible by grpo.num_substeps ({ns}): each substep "
             f"(one optimizer step) trains on an equal share of whole groups. Set grpo.num_substeps to one of "
             f"{', '.join(map(str, divisors))} (1 = one optimizer step per generation) or grpo.batch_size to a multiple "
@@ -278,7 +279,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
     if not g("data.train") and not env:
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
     if STAGE_SPECS[c.stage].samples and not g("rewards") and not env:
-        err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function", level)
+        # `rewards:` left empty in the user's own file is no profile being checked: an error there too
+        err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function",
+            "error" if c.set_by_user("rewards") else level)
 
 
 def _check_grpo_sampling(g, err) -> None:
@@ -291,7 +294,7 @@ def _check_grpo_sampling(g, err) -> None:
             "iteration; leave it unset (it follows grpo.batch_size) or set grpo.batch_size instead")
     if isinstance(nm, int) and isinstance(bs, int) and isinstance(ns, int) and ns and bs % ns == 0 and (bs // ns) % nm:
         per = bs // ns
-        ok = [d for d in range(1, per + 1) if per % d == 0]
+        ok = [d for d in range(1, min(per, SPECS["grpo.stream_minibatch.num_minibatches"].le) + 1) if per % d == 0]
         err("grpo.stream_minibatch.num_minibatches", f"each optimizer substep holds grpo.batch_size / grpo.num_substeps "
             f"= {per} groups, which {nm} minibatches cannot share equally (groups stay whole); use one of "
             f"{', '.join(map(str, ok))}")
@@ -328,6 +331,30 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
 
 
+def _check_baseline_mode(c: Composed, problems: list[Problem], check_files: bool) -> None:
+    """`grpo.baseline_mode`: a built-in name (did-you-mean) or `package.module:function`, found without importing
+    it, as `rlft.algos.get_baseline` imports it at train time (from the working directory or the Python path)."""
+    value = _get(c.data, "grpo.baseline_mode")
+    if c.stage != "grpo" or not isinstance(value, str) or value in GRPO_BASELINES:
+        return
+    err = lambda msg: problems.append(Problem("grpo.baseline_mode", c.layer_of("grpo.baseline_mode"), msg))  # noqa: E731
+    forms = f"one of {', '.join(GRPO_BASELINES)}, or a function as `package.module:function`"
+    module, sep, fn = value.partition(":")
+    if not sep:
+        close = difflib.get_close_matches(value, GRPO_BASELINES, n=1)
+        err(f"unknown baseline `{value}`{f'; did you mean `{close[0]}`?' if close else '.'} Expected {forms}")
+    elif not module.strip() or not fn.strip() or module.endswith(".py") or "/" in module or os.sep in module or "." in fn:
+        err(f"`{value}` is not `package.module:function` (a module importable from the working directory or the "
+            f"Python path; files and dotted attributes are not looked up); expected {forms}")
+    elif check_files:
+        from rlft.rewards.registry import check_reward_spec
+
+        msg = check_reward_spec(value.strip())
+        if msg:
+            err(msg.replace("for reward ", "for baseline ").replace("(reward ", "(baseline ")
+                .replace("; reward ", "; baseline ").replace("the config's folder, ", ""))
+
+
 def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
     spec = _get(c.data, "env.name")
     if not isinstance(spec, str):
@@ -355,6 +382,33 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
     _check_reward_columns(c, problems)
+    _check_batch_fits_data(c, problems)
+
+
+def _check_batch_fits_data(c: Composed, problems: list[Problem]) -> None:
+    """GRPO samples whole batches of grpo.batch_size prompts (TRL's sampler drops a short last batch): with
+    fewer rows than that, the run ends at step 0 having trained nothing."""
+    bs, path, cap = _get(c.data, "grpo.batch_size"), _get(c.data, "data.train"), _get(c.data, "data.max_samples")
+    if c.stage != "grpo" or _get(c.data, "env.name") or not isinstance(bs, int) or not isinstance(path, str):
+        return  # multi-turn GRPO and PPO wrap around the data
+    from rlft.data.peek import DataError, peek_columns
+
+    if path == "demo":
+        from rlft.demo import demo_prompts
+
+        rows: int | None = len(demo_prompts())
+    else:
+        try:
+            rows = peek_columns(path).num_rows
+        except DataError:
+            return  # reported by the data check
+    usable = min(rows, cap) if isinstance(rows, int) and isinstance(cap, int) else rows
+    if usable and bs > usable:
+        capped = f" (data.max_samples {cap})" if usable != rows else ""
+        problems.append(Problem("grpo.batch_size", c.layer_of("grpo.batch_size"),
+                                f"{bs} prompts per iteration, but data.train ({path}) has {usable} rows{capped}: GRPO "
+                                f"samples whole batches only, so no step would ever run; expected an integer between 1 "
+                                f"and {usable} (or more data)"))
 
 
 def looks_local(name: str) -> bool:
@@ -480,11 +534,14 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
     if check_files:
         resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
     resolve_learning_rate(c, problems)
+    if "rewards" in c.data and c.data["rewards"] is None:
+        c.data["rewards"] = []  # `rewards:` with nothing under it (YAML null) means no reward functions
     _walk(c, c.data, RlftConfig, "", problems)
     if c.data.get("stage", c.stage) != c.stage:
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
     c.data["stage"] = c.stage
     _cross_field(c, problems, for_train)  # guarded by type checks, so it is safe after type errors
+    _check_baseline_mode(c, problems, check_files)
     _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):
         if check_files:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 import difflib
 import json
+import json.decoder
+import json.scanner
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,15 +74,77 @@ def _read_text(path: Path) -> str:
         raise DataError(f"{path} is not UTF-8 text: {exc}") from exc
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice; `pos` (where known) is the object's offset in the text."""
+
+    def __init__(self, key: str, pos: int | None = None):
+        super().__init__(key)
+        self.key, self.pos = key, pos
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: JSON readers (json, pyarrow) silently keep one value of a repeated key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+    return obj
+
+
+def _duplicate_message(path: Path, line: int | None, key: str) -> str:
+    where = f"line {line}: " if line else ""
+    return (f"{path}: {where}key {key!r} appears twice in one JSON object; JSON readers keep one of the values "
+            f"and drop the other silently: rename or remove one")
+
+
+def _deepest_line(text: str) -> tuple[int, int]:
+    """(1-based line where the nesting of `[`/`{` outside strings first reaches its maximum, that depth)."""
+    depth = best = 0
+    line = best_line = 1
+    in_string = escaped = False
+    for ch in text:
+        if ch == "\n":
+            line += 1
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > best:
+                best, best_line = depth, line
+        elif ch in "]}":
+            depth -= 1
+    return best_line, best
+
+
+def _too_deep_message(path: Path, text: str, first_line: int = 1) -> str:
+    line, depth = _deepest_line(text)
+    return (f"{path}: line {first_line + line - 1} nests {depth} levels of lists/objects, deeper than a JSON reader "
+            f"can follow; a data row is a flat object of text, numbers and chat messages")
+
+
+_loads = json.JSONDecoder(object_pairs_hook=_unique_keys).decode  # one decoder: json.loads(hook=) builds one a call
+
+
 def _iter_jsonl(path: Path, text: str) -> Iterator[dict[str, Any]]:
     """Parse JSON Lines, naming the file and 1-based line of the first bad record."""
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: line {lineno} is not valid JSON: {exc.msg} (column {exc.colno})") from exc
+        except _DuplicateKey as exc:
+            raise DataError(_duplicate_message(path, lineno, exc.key)) from None
+        except RecursionError:
+            raise DataError(_too_deep_message(path, line, lineno)) from None
         if not isinstance(record, dict):
             raise DataError(f"{path}: line {lineno} is not a JSON object (got {type(record).__name__})")
         yield record
@@ -109,12 +173,16 @@ def _parse_json(path: Path) -> tuple[str, list[dict[str, Any]]]:
     if not text.strip():
         raise DataError(f"data file is empty: {path}")
     try:
-        data = json.loads(text)
+        data = _loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":
             # several top-level values: JSON Lines under a .json name
             return "lines", list(_iter_jsonl(path, text))
         raise DataError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from exc
+    except _DuplicateKey as exc:
+        raise DataError(_duplicate_message(path, _duplicate_line(text), exc.key)) from None
+    except RecursionError:
+        raise DataError(_too_deep_message(path, text)) from None
     if isinstance(data, list):
         return "records", _records(path, data, "item")
     if isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -123,6 +191,28 @@ def _parse_json(path: Path) -> tuple[str, list[dict[str, Any]]]:
         # a single object on one line is a one-row JSON Lines file
         return "lines", [data]
     raise DataError(f"{path}: expected a JSON list of objects or {{\"data\": [...]}}, got {type(data).__name__}")
+
+
+def _duplicate_line(text: str) -> int | None:
+    """The line of the first object with a repeated key: a second pass with the pure-Python scanner, whose
+    object parser is told where each object ends (the C scanner tells nobody)."""
+    decoder = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+    def parse_object(s_and_end, *args):
+        try:
+            return json.decoder.JSONObject(s_and_end, *args)
+        except _DuplicateKey as exc:
+            raise _DuplicateKey(exc.key, s_and_end[1] if exc.pos is None else exc.pos) from None
+
+    decoder.parse_object = parse_object
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    try:
+        decoder.decode(text)
+    except _DuplicateKey as exc:
+        return text.count("\n", 0, exc.pos) + 1 if exc.pos is not None else None
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 def _peek_jsonl(path: Path, n_rows: int) -> TableInfo:
@@ -144,6 +234,10 @@ def _peek_csv(path: Path, n_rows: int) -> TableInfo:
             reader = csv.DictReader(fh)
             if reader.fieldnames is None:
                 raise DataError(f"data file is empty: {path}")
+            repeated = [c for i, c in enumerate(reader.fieldnames) if c in reader.fieldnames[:i]]
+            if repeated:  # DictReader keeps the last of same-named columns and drops the rest silently
+                raise DataError(f"{path}: line 1: column {repeated[0]!r} appears twice in the header; rename or "
+                                f"remove one")
             first: list[dict[str, Any]] = []
             count = 0
             for row in reader:
@@ -254,7 +348,23 @@ def peek_columns(path: str | Path, n_rows: int = _DEFAULT_ROWS) -> TableInfo:
         "parquet": _peek_parquet,
         "folder": _peek_folder,
     }
-    return readers[kind](p, n_rows)
+    if kind == "folder":
+        return readers[kind](p, n_rows)
+    # validation asks three times (columns, reward columns, row count) and training once more: parse once
+    stat = p.stat()
+    key = (str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+    cached = _PEEKED.get(key)
+    if cached is None or cached[0] < n_rows:
+        cached = (n_rows, readers[kind](p, n_rows))
+        if len(_PEEKED) >= 8:
+            _PEEKED.pop(next(iter(_PEEKED)))
+        _PEEKED[key] = cached
+    info = cached[1]
+    return TableInfo(list(info.columns), info.num_rows, [dict(r) for r in info.first_rows[:n_rows]])
+
+
+# (path, mtime, size) -> (rows kept, TableInfo) of the last few files peeked
+_PEEKED: dict[tuple[str, int, int], tuple[int, TableInfo]] = {}
 
 
 def check_columns(path: str | Path, required: Iterable[str], key: str = "data.train") -> list[str]:

@@ -1,0 +1,11 @@
+"""Names of rlft's built-in registries whose code imports torch (`rlft.algos`) or sits beside the config
+layer (`rlft.data`), importable without either: the schema's allowed values and `validate-config`'s
+did-you-mean read them here. tests/test_registry_names.py holds each tuple equal to its registry."""
+
+from __future__ import annotations
+
+GRPO_BASELINES = ("group_mean", "group_mean_std", "global_mean", "leave_one_out")  # rlft.algos.advantages
+AWR_BASELINES = ("group_mean", "global_mean")                                       # rlft.algos.awr
+KL_PENALTIES = ("kl", "abs", "mse", "full")                                         # rlft.algos.kl
+KEEP_RULES = ("best", "above_threshold")                                            # rlft.algos.rejection
+TOO_LONG_MODES = ("truncate", "drop", "error")                                      # rlft.data.checks

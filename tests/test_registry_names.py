@@ -1,0 +1,27 @@
+"""The torch-free name lists `validate-config` checks against (rlft/config/names.py) are the registries the
+training code resolves names with: one changed without the other fails here."""
+
+from __future__ import annotations
+
+from rlft.config import names
+from rlft.config.schema import leaf_specs
+
+
+def test_names_match_the_registries():
+    from rlft.algos import AWR_BASELINES, BASELINE_MODES, KEEP_RULES, KL_PENALTIES
+    from rlft.data.checks import TOO_LONG_MODES
+
+    assert names.GRPO_BASELINES == BASELINE_MODES
+    assert names.AWR_BASELINES == AWR_BASELINES
+    assert names.KL_PENALTIES == KL_PENALTIES
+    assert names.KEEP_RULES == KEEP_RULES
+    assert names.TOO_LONG_MODES == TOO_LONG_MODES
+
+
+def test_the_schema_allows_exactly_those_names():
+    specs = leaf_specs()
+    assert tuple(specs["awr.baseline"].choices) == names.AWR_BASELINES
+    assert tuple(specs["ppo.kl_penalty"].choices) == names.KL_PENALTIES
+    assert tuple(specs["rs_sft.keep"].choices) == names.KEEP_RULES
+    assert tuple(specs["data.too_long"].choices) == names.TOO_LONG_MODES
+    assert all(n in specs["grpo.baseline_mode"].help for n in names.GRPO_BASELINES)
