@@ -74,14 +74,15 @@ def _print_problems(problems: list[Problem]) -> None:
              f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} warning{'s' if len(rest) - n_err != 1 else ''})")
 
 
-def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False):
+def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False,
+          trains=True):
     """Compose + validate, turning ConfigError into printed problems and exit code 2."""
     from rlft.config.compose import compose
     from rlft.config.validate import validate
 
     try:
         composed = compose(stage, hw, files or [], overrides or [])
-        cfg, warnings = validate(composed, for_train=for_train)
+        cfg, warnings = validate(composed, for_train=for_train, trains=trains)
     except ConfigError as exc:
         _print_problems(exc.problems)
         n = sum(p.level == "error" for p in exc.problems)
@@ -339,7 +340,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
         files = [own := eval_config_file(tgt.run_root, stage)]
     try:
-        cfg, _ = _load(stage, "cpu", files, overrides)
+        cfg, _ = _load(stage, "cpu", files, overrides, trains=False)  # samples and scores only
     finally:
         if own is not None:
             own.unlink(missing_ok=True)
@@ -574,7 +575,7 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
         _err(f"error: {exc}")
         raise typer.Exit(2)
     try:
-        cfg, composed = _load(stage or "grpo", hw, files, overrides)
+        cfg, composed = _load(stage or "grpo", hw, files, overrides, trains=False)  # scores only
     finally:
         if own is not None:
             own.unlink(missing_ok=True)

@@ -171,6 +171,9 @@ def test_a_grpo_batch_larger_than_the_data_is_refused():
     _, _, msg = one_error("validate-config", "--stage", "grpo", "data.train=demo", "rewards=[char_fraction]",
                           "grpo.batch_size=1000")
     assert "data.train (demo) has 64 rows" in msg
+    # `rewards try` only scores: the data of its config need not fill a training batch
+    Path("c.jsonl").write_text(json.dumps({"row": {"prompt": "q0", "answer": "0"}, "completion": "0"}) + "\n")
+    ok("rewards", "try", "data.train=d.jsonl", "rewards=[exact_match]", "grpo.batch_size=1000", "--completions", "c.jsonl")
 
 
 def test_a_huge_batch_size_is_answered_at_once():

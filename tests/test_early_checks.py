@@ -56,7 +56,7 @@ def test_hub_id_offline_is_one_line_and_leaves_no_run_folder(tmp_path):
 
 
 def test_reward_column_missing_from_data_is_a_config_error(in_tmp):
-    (in_tmp / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (in_tmp / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n' * 16)  # a whole grpo.batch_size
     res = cli("validate-config", "data.train=d.jsonl", "rewards=[{fn: numeric_match, kwargs: {column: answr}}]")
     assert res.exit_code == 2
     assert re.search(r"error: rewards\[0\]\.kwargs\.column \(command line\): reward `numeric_match` reads column "

@@ -119,7 +119,7 @@ def test_resume_breaking_keys_come_from_the_spec(tmp_path):
 
 def test_validate_reads_data_columns_from_the_spec(monkeypatch, tmp_path):
     data = tmp_path / "d.jsonl"
-    data.write_text('{"prompt": "a", "chosen": "b"}\n')
+    data.write_text('{"prompt": "a", "chosen": "b"}\n' * 16)  # a whole grpo.batch_size
     _, warnings = validate(compose("grpo", "cpu", overrides=[f"data.train={data}", "rewards=[json_valid]"]))
     assert not [w for w in warnings if w.key == "data.train"]
     with pytest.raises(ConfigError, match="rejected"):  # dpo needs the rejected column too

@@ -367,7 +367,7 @@ def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
         problems.append(Problem("env.name", c.layer_of("env.name"), msg))
 
 
-def _check_data(c: Composed, problems: list[Problem]) -> None:
+def _check_data(c: Composed, problems: list[Problem], trains: bool = True) -> None:
     from rlft.data.peek import DataError, check_columns
 
     d = c.data
@@ -382,7 +382,8 @@ def _check_data(c: Composed, problems: list[Problem]) -> None:
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
     _check_reward_columns(c, problems)
-    _check_batch_fits_data(c, problems)
+    if trains:
+        _check_batch_fits_data(c, problems)
 
 
 def _check_batch_fits_data(c: Composed, problems: list[Problem]) -> None:
@@ -528,8 +529,10 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
             problems.append(Problem(path, where, f"set `{modeled_by_rlft(c.stage)[key]}` instead: rlft maps it onto TRL itself"))
 
 
-def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) -> tuple[RlftConfig, list[Problem]]:
-    """Return the typed config and warnings; raise ConfigError with every error (and warning)."""
+def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
+             trains: bool = True) -> tuple[RlftConfig, list[Problem]]:
+    """Return the typed config and warnings; raise ConfigError with every error (and warning). `trains=False`
+    (eval, rewards try: the config only samples and scores) skips the checks that its data fills a training step."""
     problems: list[Problem] = []
     if check_files:
         resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
@@ -547,7 +550,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True) 
         if check_files:
             _check_rewards_resolve(c, problems)
             _check_env_resolve(c, problems)
-            _check_data(c, problems)
+            _check_data(c, problems, trains)
             _check_model_path(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]
