@@ -52,7 +52,7 @@ def test_non_string_prompts_are_refused_before_the_run_folder(tmp_path):
 
 
 def test_missing_reward_columns_are_refused_before_the_run_folder(tmp_path):
-    data = _data(tmp_path, [{"prompt": "Repeat the letter z:", "targt": "z"}])
+    data = _data(tmp_path, [{"prompt": "Repeat the letter z:", "targt": "z"}] * 2)  # a whole grpo.batch_size
     # a built-in's column (from its kwargs) is already a validate-config error
     res, out = _train(tmp_path, data, "train.max_steps=1",
                       "rewards=[{fn: char_fraction}, {fn: 'tests/fixtures/column_reward.py:by_difficulty'}]")
