@@ -38,6 +38,11 @@ def test_too_long_error_and_drop(tmp_path):
     assert res.returncode == 2, res.stderr[-3000:]
     assert "longer than 48 tokens" in res.stderr and "row 1" in res.stderr and "max_seq_length 64" in res.stderr
     assert not out.exists() and "Traceback" not in res.stderr
+    # dropping the long row leaves 1 row for 2 prompts per iteration: refused, it would train nothing
+    res, out = _train(tmp_path, data, "train.max_steps=1", "train.max_seq_length=64", "data.too_long=drop")
+    assert res.returncode == 2 and "dropped 1" in res.stderr and "1 usable rows" in res.stderr, res.stderr[-3000:]
+    assert not out.exists() and "Traceback" not in res.stderr
+    data = _data(tmp_path, rows + [{"prompt": "Repeat the letter y:", "target": "y"}])
     res, out = _train(tmp_path, data, "train.max_steps=1", "train.max_seq_length=64", "data.too_long=drop")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "dropped 1" in res.stderr

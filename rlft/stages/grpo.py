@@ -103,6 +103,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     suite = reward_suite(cfg, composed)
     tokenizer = load_policy_tokenizer(cfg)
     dataset = prepare_prompt_data(cfg, tokenizer, suite)
+    if len(dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate-config saw
+        raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
+                       f"{len(dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples whole "
+                       f"batches only, so no step would ever run; lower grpo.batch_size or add data")
     evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.grpo import GRPOHooks
