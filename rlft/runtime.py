@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -87,8 +88,9 @@ def _torch_file_problem(path: Path) -> str | None:
 
     with open(path, "rb") as f:
         magic = f.read(2)
-    if magic != b"PK":
-        return f"{path.name} is empty or truncated" if path.stat().st_size < 2 else None  # legacy pickle: unchecked
+    if magic != b"PK":  # torch.save has written zip archives since torch 1.6; anything else is not one of its files
+        return (f"{path.name} is empty or truncated" if path.stat().st_size < 2
+                else f"{path.name} is not a torch.save archive ({path.stat().st_size} bytes)")
     try:
         zipfile.ZipFile(path).close()
     except (zipfile.BadZipFile, OSError):
@@ -100,15 +102,141 @@ WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "model.safeten
                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
+def _json_kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _read_json(path: Path) -> tuple[object, str | None]:
+    """(data, None), or (None, why it cannot be read)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None, f"{path.name} is not valid JSON"
+
+
+def _fits(value, hint) -> bool:
+    """Whether a JSON value fits a dataclass field's type hint (int, float, bool, str, list[...], dict[...], X | None)."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint in (int, float):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return number and (hint is float or (math.isfinite(value) and float(value).is_integer()))
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list or hint is list:
+        return isinstance(value, list) and all(_fits(v, args[0]) for v in value) if args else isinstance(value, list)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    return True  # a type JSON cannot hold: transformers rebuilds it
+
+
+def _trainer_state_problem(path: Path, step: int) -> str | None:
+    """What in trainer_state.json would stop transformers' TrainerState from loading it or training on from it."""
+    import dataclasses
+    import typing
+
+    from transformers import TrainerState
+
+    data, problem = _read_json(path)
+    if problem:
+        return problem
+    if not isinstance(data, dict):
+        return f"{path.name} holds {_json_kind(data)}, not an object"
+    hints = typing.get_type_hints(TrainerState)
+    known = {f.name for f in dataclasses.fields(TrainerState)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        return f"{path.name} has keys TrainerState does not know: {', '.join(unknown[:5])}"
+    for name in sorted(data):
+        # stateful_callbacks is a list of callbacks in memory and a {name: state} object in the file
+        hint = dict | None if name == "stateful_callbacks" else hints[name]
+        value = data[name]
+        if not _fits(value, hint):
+            shown = f" {value!r:.40}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+            wanted = getattr(hint, "__name__", None) if isinstance(hint, type) and not typing.get_args(hint) else hint
+            return f"{path.name}: {name} is {_json_kind(value)}{shown}, not {wanted or hint}"
+    if type(data.get("global_step")) is not int or data["global_step"] != step:
+        return f"{path.name} says global_step {data.get('global_step')!r} in checkpoint-{step}"
+    return None
+
+
+def _rng_state_problem(path: Path) -> str | None:
+    """An RNG state file loads the way transformers loads it and each generator accepts its state."""
+    import random
+
+    import numpy as np
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    try:
+        with safe_globals():
+            state = torch.load(path, weights_only=True)
+        random.Random().setstate(state["python"])
+        np.random.RandomState().set_state(state["numpy"])
+        torch.Generator().set_state(state["cpu"])
+    except Exception as exc:  # noqa: BLE001 - unpickling, a missing key or a generator's refusal: all mean damaged
+        return f"{path.name} does not load ({type(exc).__name__})"
+    return None
+
+
+def _optimizer_files_problem(folder: Path) -> str | None:
+    """optimizer.pt and scheduler.pt hold the state dicts torch's load_state_dict reads (memory-mapped: an
+    optimizer's tensors are not read here)."""
+    import torch
+
+    for name in ("optimizer.pt", "scheduler.pt"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            state = torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - whatever unpickling raises, the file does not load
+            return f"{name} does not load ({type(exc).__name__})"
+        groups = state.get("param_groups") if isinstance(state, dict) else None
+        if not isinstance(state, dict) or name == "optimizer.pt" and not (
+                isinstance(state.get("state"), dict) and isinstance(groups, list)
+                and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
+            return f"{name} does not hold {'an optimizer' if name == 'optimizer.pt' else 'a scheduler'} state"
+    return None
+
+
+def rlft_state_problem(path: Path) -> str | None:
+    """rlft_state.json is an object whose parts RunContext and the stages read before the trainer loads it
+    are objects. Whether it holds every key the trainer writes is checked at load (`RunContext._state_problem`)."""
+    if not path.is_file():
+        return None
+    data, problem = _read_json(path)
+    if problem:
+        return problem
+    if not isinstance(data, dict):
+        return f"{path.name} holds {_json_kind(data)}, not an object"
+    for key in ("kl_controller", "trainer"):
+        if key in data and not isinstance(data[key], dict):
+            return f"{path.name}: {key} is {_json_kind(data[key])}, not an object"
+    start = data.get("trainer", {}).get("eval_start")
+    if start is not None and not isinstance(start, dict):
+        return f"{path.name}: trainer.eval_start is {_json_kind(start)}, not an object"
+    return None
+
+
 def checkpoint_problem(path: Path) -> str | None:
-    """Why a marked checkpoint cannot be resumed from (missing or truncated files), or None if it looks whole."""
+    """Why a marked checkpoint cannot be resumed from (missing, truncated or damaged files), or None if it looks
+    whole: every file a resume loads is read here the way the trainer reads it, before anything is trained."""
     state = path / "trainer_state.json"
     if not state.is_file():
         return "trainer_state.json is missing"
-    try:
-        json.loads(state.read_text())
-    except ValueError:
-        return "trainer_state.json is not valid JSON"
+    problem = _trainer_state_problem(state, checkpoint_step(path))
+    if problem:
+        return problem
     if not any((path / name).is_file() for name in WEIGHT_FILES) and not any(path.glob("pytorch_model_fsdp*")):
         return "it holds no model weights"
     for file in sorted(path.glob("*.safetensors")):
@@ -119,30 +247,55 @@ def checkpoint_problem(path: Path) -> str | None:
         problem = _torch_file_problem(file)
         if problem:
             return problem
-    return None
+    for file in sorted(path.glob("rng_state*.pth")):
+        problem = _rng_state_problem(file)
+        if problem:
+            return problem
+    return _optimizer_files_problem(path) or rlft_state_problem(path / RLFT_STATE)
+
+
+def read_rlft_state(path: Path) -> dict:
+    """A checkpoint's rlft_state.json ({} when absent); call after `checkpoint_problem` passed."""
+    state = path / RLFT_STATE
+    return json.loads(state.read_text(encoding="utf-8")) if state.is_file() else {}
 
 
 def drop_rows_after(path: Path, step: int) -> int:
-    """Remove rows of steps after `step` from a jsonl log: a resumed run trains them again and writes them anew."""
+    """Remove rows of steps after `step` from a jsonl log: a resumed run trains them again and writes them anew.
+    A line cut short by a kill goes too. A whole line that is not a row with a numeric step is kept byte for
+    byte (nothing of the user's is deleted; `rlft report` skips it) and counted in a warning."""
     if not path.is_file():
         return 0
-    keep, dropped = [], 0
-    for line in path.read_text().splitlines(keepends=True):
+    keep, dropped, odd, changed = [], 0, 0, False
+    for line in path.read_bytes().splitlines(keepends=True):
+        if not line.strip():
+            changed = True
+            continue
         try:
-            row_step = json.loads(line).get("step")
-        except (ValueError, AttributeError):
-            row_step = None  # a line cut short by a kill: not a row
-            if not line.strip() or not line.endswith("\n"):
+            row = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            row = None
+        if not line.endswith(b"\n"):
+            if row is None:  # a line cut short by a kill: not a row
                 dropped += 1
                 continue
-        if isinstance(row_step, (int, float)) and row_step > step:
+            line, changed = line + b"\n", True  # the next append would run on from it
+        row_step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(row_step, (int, float)) or isinstance(row_step, bool) or row_step != row_step:
+            odd += 1
+            keep.append(line)
+        elif row_step > step:
             dropped += 1
         else:
             keep.append(line)
-    if dropped:
+    if odd:
+        print(f"rlft: WARNING {odd} line(s) of {path.name} are not rows with a numeric step; kept as they are "
+              f"(rlft report skips them)", file=sys.stderr)
+    if dropped or changed:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(keep))
+        tmp.write_bytes(b"".join(keep))
         os.replace(tmp, path)
+    if dropped:
         print(f"rlft: removed {dropped} row(s) after step {step} from {path.name}: those steps run again",
               file=sys.stderr)
     return dropped
@@ -150,12 +303,12 @@ def drop_rows_after(path: Path, step: int) -> int:
 
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:
     """Resume-breaking keys whose value differs from the run's saved config.yaml."""
-    import yaml
     from rlft.config.schema import to_dict
 
-    if not run.config.is_file():
+    saved = saved_config(run.root)
+    if saved is None:
         return []
-    old = flatten(yaml.safe_load(run.config.read_text()) or {})
+    old = flatten(saved)
     new = flatten(to_dict(cfg))
     keys = RESUME_BREAKING + get_spec(cfg.stage).resume_breaking
     return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if k in old and old.get(k) != new.get(k)]
@@ -202,6 +355,7 @@ class RunContext:
         self.config_changes: dict = {}  # key -> (old, new), a resume with --allow-config-change
         self.extra_state: dict = {}
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
+        self.began = False  # a training step began in this process (the resume's changes to the logs are made)
         self.steps = 0
         self.max_steps: int | None = None
         self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
@@ -267,12 +421,18 @@ class RunContext:
         self.interrupt.restore()
         run = self._run  # a run that failed before its folder was opened leaves none behind
         if run is not None:
-            if self.rank == 0:
-                if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
-                    self.write_summary(exc.exit_code, error=str(exc))
-                else:
-                    self.write_summary(None if exc_type is not None else self.exit_code,
-                                       error=f"{exc_type.__name__}: {exc}" if exc_type is not None else None)
+            if isinstance(exc, RunError):  # a stage's own clear stop (bad data, nothing to train on)
+                code, error = exc.exit_code, str(exc)
+            else:
+                code = None if exc_type is not None else self.exit_code
+                error = f"{exc_type.__name__}: {exc}" if exc_type is not None else None
+            # a resume that fails before training a step changed nothing: the summary of the run as it
+            # stands (finished, interrupted at step N) stays true, and a "failed at step 0" would hide it
+            from rlft.monitor.summary import status_for
+
+            failed_resume = self.opts.resume and not self.began and status_for(code) == "failed"
+            if self.rank == 0 and not failed_resume:
+                self.write_summary(code, error=error)
             if run.replaced is not None and self.rank == 0:
                 print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
                       f"checkpoint); move it back or delete it", file=sys.stderr)
@@ -310,10 +470,30 @@ class RunContext:
         except (OSError, ValueError):  # a closed terminal must not turn a finished run into a failure
             pass
 
+    def _saved_config(self) -> dict | None:
+        """The run's config.yaml (None when there is none); a RunError when it cannot be read as settings:
+        resuming unchecked could continue checkpoints with settings they were not trained with."""
+        import yaml
+
+        path = self.run.config
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            data, problem = None, f"is not readable YAML ({why})"
+        else:
+            problem = None if isinstance(data, dict) else f"holds {_json_kind(data)}, not the run's settings"
+        if problem:
+            raise RunError(f"cannot resume: {path} {problem}. It records the settings the checkpoints were trained "
+                           f"with: restore it, or delete it to resume with the current settings unchecked")
+        return data
+
     def _check_config(self) -> None:
         """Resume with the config the run started with: list every changed key; refuse shape-changing ones,
         and the rest unless --allow-config-change (then they are applied)."""
-        old = saved_config(self.run.root)
+        old = self._saved_config()
         if old is None:
             return
         changes = config_changes(old, self.cfg)
@@ -331,29 +511,43 @@ class RunContext:
         self.config_changes = {k: (a, b) for k, a, b in changes}
 
     def newest_checkpoint(self, folder: Path) -> Path | None:
-        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded."""
+        """The newest complete checkpoint in `folder` (None if there is none), its rlft state loaded; damaged
+        ones are moved aside with a warning, as for `--resume`."""
         good = sorted((p for p in Path(folder).glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
                       key=checkpoint_step) if Path(folder).is_dir() else []
-        if not good:
-            return None
-        state_file = good[-1] / RLFT_STATE
-        self.extra_state = json.loads(state_file.read_text()) if state_file.is_file() else {}
-        return good[-1]
+        while good and (problem := checkpoint_problem(good[-1])):
+            bad = good.pop()
+            self._set_aside(bad, problem, good[-1] if good else None)
+        self.extra_state = read_rlft_state(good[-1]) if good else {}
+        return good[-1] if good else None
+
+    def _set_aside(self, bad: Path, problem: str, fallback: Path | None) -> None:
+        """Move a damaged checkpoint out of the trainer's checkpoint-* rotation, with a one-line warning."""
+        aside = bad.with_name(f"damaged-{bad.name}")
+        n = 1
+        while aside.exists():  # an earlier damaged copy of the same step keeps its name
+            n += 1
+            aside = bad.with_name(f"damaged-{bad.name}.{n}")
+        if self.rank == 0:
+            bad.rename(aside)
+        print(f"rlft: WARNING {bad.name} is damaged ({problem}); moved it to {aside} and falling back to "
+              f"{fallback.name if fallback else 'no checkpoint'}", file=sys.stderr)
 
     def _resolve_resume(self) -> Path | None:
+        """The checkpoint to resume from; nothing in the run's logs changes until training starts (`step_begins`)."""
         self._check_config()
         all_dirs = sorted(self.run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
         good = self.run.complete_checkpoints()
         skipped = [p.name for p in all_dirs if p not in good]
         if skipped:
             print(f"rlft: ignoring incomplete checkpoint(s) {', '.join(skipped)} (a save was interrupted)", file=sys.stderr)
+        return self._pick(good)
+
+    def _pick(self, good: list[Path]) -> Path:
+        """The newest of `good` (complete checkpoints, oldest first) that is not damaged, its rlft state loaded."""
         while good and (problem := checkpoint_problem(good[-1])):
             bad = good.pop()
-            aside = bad.with_name(f"damaged-{bad.name}")  # out of the trainer's checkpoint-* rotation
-            if self.rank == 0:
-                bad.rename(aside)
-            print(f"rlft: WARNING {bad.name} is damaged ({problem}); moved it to {aside} and falling back to "
-                  f"{good[-1].name if good else 'no checkpoint'}", file=sys.stderr)
+            self._set_aside(bad, problem, good[-1] if good else None)
         if not good:
             if self.run.final.exists():
                 raise RunError(f"nothing left to do: {self.run.root} holds a finished run (final/) and no checkpoint to continue from")
@@ -363,6 +557,8 @@ class RunContext:
         target = self.cfg.train.max_steps
         if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
             target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
+        self.extra_state = read_rlft_state(newest)
+        self.final_only = False
         if target > 0 and step >= target and not self.run.final.is_dir():
             # killed during the final save (final/ appears only by a rename once complete): do it again
             print(f"rlft: {self.run.root} reached step {step} but its final model was not saved completely; "
@@ -373,26 +569,33 @@ class RunContext:
             raise RunError(f"nothing left to do: the newest checkpoint is at step {step} and train.max_steps is {target}; "
                            f"raise train.max_steps to train further")
         if self.rank == 0:
-            for path in (self.run.metrics, self.run.completions, self.run.health, self.run.root / "reward_logs.jsonl"):
-                drop_rows_after(path, step)
-        if self.config_changes and self.rank == 0:  # the run goes on with the new values: record them
+            print(f"rlft: resuming {self.run.root} from step {step} to step "
+                  f"{target if target > 0 else 'the end of the data'}", file=sys.stderr)
+        return newest
+
+    def step_begins(self) -> None:
+        """The first training step of this process begins: everything is loaded, so the resume now drops the
+        logged rows of the steps it trains again and records a changed config. A resume that fails while
+        loading leaves the run's files as they were."""
+        if self.began:
+            return
+        self.began = True
+        if self.resume_from is None or self.own_resume or self.rank != 0:
+            return
+        step = checkpoint_step(self.resume_from)
+        for path in (self.run.metrics, self.run.completions, self.run.health, self.run.root / "reward_logs.jsonl"):
+            drop_rows_after(path, step)
+        if self.config_changes:  # the run goes on with the new values: record them
             self.run.config.rename(self.run.root / f"config.step-{step}.yaml")
             from rlft.config.render import render_yaml
 
             self.run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n"
                                        f"# changed at step {step} (--allow-config-change); before: "
                                        f"config.step-{step}.yaml\n{render_yaml(self.cfg, self.composed)}")
-        state_file = newest / RLFT_STATE
-        if state_file.is_file():
-            self.extra_state = json.loads(state_file.read_text())
-        if self.rank == 0:
-            print(f"rlft: resuming {self.run.root} from step {step} to step "
-                  f"{target if target > 0 else 'the end of the data'}", file=sys.stderr)
-        return newest
 
     # -- callbacks -----------------------------------------------------------------------------
     def callbacks(self) -> list:
-        from rlft.monitor.callbacks import CheckpointMarker, InterruptCallback
+        from rlft.monitor.callbacks import CheckpointMarker, InterruptCallback, StepBegins
         from rlft.monitor.console import ConsoleProgress
         from rlft.monitor.health import HealthMonitor
         from rlft.monitor.metrics import MetricsWriter
@@ -404,7 +607,7 @@ class RunContext:
             from rlft.monitor.callbacks import ApplyConfigChanges
 
             extra.append(ApplyConfigChanges(self.config_changes))
-        return [MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
+        return [StepBegins(self), MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
                 InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *extra]
 
     def rlft_state(self, trainer) -> dict:
@@ -419,6 +622,31 @@ class RunContext:
         if hasattr(trainer, "rlft_extra_state"):  # a trainer's own resumable state (e.g. PPO's eval.start)
             state["trainer"] = trainer.rlft_extra_state()
         return state
+
+    def _state_problem(self, trainer) -> str | None:
+        """Load the resumed checkpoint's rlft state into `trainer`; why it cannot be (a key this trainer writes is
+        missing, or a value its loader refuses), or None."""
+        missing = [k for k in self.rlft_state(trainer) if k not in self.extra_state]
+        if missing:
+            return f"{RLFT_STATE} lacks {', '.join(missing)}"
+        try:
+            self.load_rlft_state(trainer)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            return f"{RLFT_STATE} does not load ({type(exc).__name__}: {exc})"
+        return None
+
+    def _load_resume_state(self, trainer) -> None:
+        """The rlft state of the checkpoint to resume; a damaged one is moved aside and the one before it tried,
+        before anything is trained."""
+        while self.resume_from is not None and (problem := self._state_problem(trainer)):
+            bad = self.resume_from
+            if self.own_resume:  # the stage chose it and dropped its rows: it chooses again on the next run
+                self._set_aside(bad, problem, None)
+                raise RunError(f"{bad.name} was damaged and is moved aside; run the same command again to resume "
+                               f"from the checkpoint before it: {self.resume_command}")
+            good = [p for p in self.run.complete_checkpoints() if p != bad]
+            self._set_aside(bad, problem, good[-1] if good else None)
+            self.resume_from = self._pick(good)
 
     def load_rlft_state(self, trainer) -> None:
         if not self.extra_state:
@@ -462,7 +690,10 @@ class RunContext:
         trainer.remove_callback(PrinterCallback)  # rlft prints its own line per logged step
         self.trainer = trainer
         self.health.attach(trainer, self)
-        self.load_rlft_state(trainer)
+        if self.resume_from is not None:
+            self._load_resume_state(trainer)
+        else:
+            self.load_rlft_state(trainer)
         if self.final_only:
             from transformers import TrainerState
 

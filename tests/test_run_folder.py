@@ -63,7 +63,7 @@ def test_checkpoint_problem_names_missing_and_truncated_files(tmp_path):
     (ck / "trainer_state.json").write_text("{\"global_step\": 5}")
     assert checkpoint_problem(ck) == "it holds no model weights"
     save_file({"w": torch.ones(64)}, str(ck / "adapter_model.safetensors"))
-    torch.save({"state": torch.ones(64)}, str(ck / "optimizer.pt"))
+    torch.save(torch.optim.SGD([torch.nn.Parameter(torch.ones(64))], lr=0.1).state_dict(), str(ck / "optimizer.pt"))
     assert checkpoint_problem(ck) is None
     opt = (ck / "optimizer.pt").read_bytes()
     (ck / "optimizer.pt").write_bytes(opt[: len(opt) // 2])

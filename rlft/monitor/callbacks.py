@@ -18,6 +18,17 @@ class InterruptCallback(TrainerCallback):
         return control
 
 
+class StepBegins(TrainerCallback):
+    """Tells the run context when this process's first training step begins (after every checkpoint file
+    has loaded, before anything of the step is written)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.ctx.step_begins()
+
+
 class CheckpointMarker(TrainerCallback):
     """Runs after every checkpoint save: writes rlft's own state, then the completion marker."""
 

@@ -102,9 +102,12 @@ class RlftGRPOTrainer(GRPOTrainer):
         return {"kl_controller": self.kl_ctl.state_dict(), "last_kl": self._last_kl}
 
     def load_rlft_state_dict(self, state: dict) -> None:
+        last_kl = state.get("last_kl", self._last_kl)
+        if last_kl is not None and (not isinstance(last_kl, (int, float)) or isinstance(last_kl, bool)):
+            raise ValueError(f"last_kl is {last_kl!r}, not a number")  # the next KL update would fail on it
         if "kl_controller" in state:
             self.kl_ctl.load_state_dict(state["kl_controller"])
-        self._last_kl = state.get("last_kl", self._last_kl)
+        self._last_kl = last_kl
         if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
             self.beta = self.kl_ctl.value
 
