@@ -36,7 +36,7 @@ def build_ppo(steps: int, out: str, timer: StepTimer):
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
     from rlft.rewards import build_reward_suite
-    from rlft.stages.ppo import ppo_settings, training_arguments
+    from rlft.stages.ppo.runner import ppo_settings, training_arguments
     from rlft.stages.prompt_data import load_prompt_dataset
     from rlft.trainers.ppo import RlftPPOTrainer
 

@@ -102,7 +102,7 @@ def _sync_then_zero_lag(tmp_path, monkeypatch, stage, config, settings_name, *ov
         return out
 
     sync = train("sync")
-    module = importlib.import_module(f"rlft.stages.{'grpo_episodes' if stage == 'grpo' else stage}")
+    module = importlib.import_module(f"rlft.stages.{'grpo.episodes' if stage == 'grpo' else stage + '.runner'}")
     real = getattr(module, settings_name)
     monkeypatch.setattr(module, settings_name,
                         lambda *a: dataclasses.replace(real(*a), max_steps_off_policy=0))

@@ -7,7 +7,7 @@ from test_cli_validate import _in_tmp, cli, one_error  # noqa: F401 - the fixtur
 
 from rlft.config import load_config
 from rlft.config.schema import to_dict
-from rlft.stages.grpo import grpo_batch_layout
+from rlft.stages.grpo.runner import grpo_batch_layout
 
 DEMO = ["--stage", "grpo", "--hw", "cpu", "-c"]
 
@@ -85,7 +85,7 @@ def test_explain_says_what_async_and_streaming_do():
 @pytest.mark.parametrize("backend,expected", [("transformers", False), ("vllm", True)])
 def test_generation_backend_maps_to_trl(backend, expected):
     pytest.importorskip("trl")
-    from rlft.stages.grpo import grpo_trl_config
+    from rlft.stages.grpo.runner import grpo_trl_config
 
     cfg, _, _ = load_config("grpo", "cpu", [], ["grpo.vllm_mode=server"])
     cfg.grpo.generation_backend = backend  # validate-config refuses vllm on this CPU machine

@@ -44,7 +44,9 @@ def test_fused_optimizer_falls_back_off_cuda():
 @pytest.mark.parametrize("stage", ["grpo", "dpo", "orpo"])
 def test_cpu_profile_builds_real_trl_config(stage, tmp_path):
     """TRL configs default to bf16=True, which fails on a CPU: rlft must pass fp32 explicitly."""
-    from rlft.stages import dpo, grpo, orpo
+    from rlft.stages.dpo import runner as dpo
+    from rlft.stages.grpo import runner as grpo
+    from rlft.stages.orpo import runner as orpo
 
     extra = {"grpo": ["-c", "configs/examples/grpo_demo.yaml"]}.get(stage, [])
     files = [extra[1]] if extra else []

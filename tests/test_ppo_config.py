@@ -52,7 +52,7 @@ def test_show_config_explain_converts_episodes_to_updates():
 
 def test_settings_match_the_explained_schedule():
     from rlft.config import load_config
-    from rlft.stages.ppo import ppo_settings
+    from rlft.stages.ppo.runner import ppo_settings
 
     cfg, _, _ = load_config("ppo", "rtx4090", [], ["ppo.num_episodes=160", "ppo.log_interval=32"])
     s = ppo_settings(cfg)

@@ -45,7 +45,7 @@ def test_demo_configs_validate_for_training(stage, monkeypatch):
 
 def _dpo_config(tmp_path, *overrides):
     pytest.importorskip("trl")
-    from rlft.stages.dpo import dpo_trl_config
+    from rlft.stages.dpo.runner import dpo_trl_config
 
     cfg, _, _ = load_config("dpo", "cpu", overrides=list(overrides))
     return dpo_trl_config(cfg, str(tmp_path))
@@ -104,7 +104,7 @@ def test_label_smoothing_on_robust_is_passed_through(tmp_path):
 
 def test_orpo_config_maps_rlft_keys(tmp_path):
     pytest.importorskip("trl")
-    from rlft.stages.orpo import orpo_trl_config
+    from rlft.stages.orpo.runner import orpo_trl_config
 
     cfg, _, _ = load_config("orpo", "cpu", overrides=["orpo.beta=0.05", "orpo.max_length=128",
                                                       "orpo.max_prompt_length=64", f"data.eval={DEMO_DATA}"])

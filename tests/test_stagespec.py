@@ -55,7 +55,7 @@ def test_trl_config_of_each_spec_is_found_in_the_installed_sources(stage):
 
 
 def _with_toy_stage(monkeypatch, **kw):
-    toy = StageSpec(name="toy", section=None, runner="rlft.stages.grpo:grpo_batch_layout",
+    toy = StageSpec(name="toy", section=None, runner="rlft.stages.grpo.runner:grpo_batch_layout",
                     metrics=("toy_metric",), console=("toy_metric", "loss"), health_rules=("loss_nan",),
                     trl_modeled=(("beta", "toy.beta"),), **kw)
     monkeypatch.setitem(SPECS, "toy", toy)
@@ -72,7 +72,7 @@ def test_a_new_spec_is_all_the_layers_need(monkeypatch):
     from rlft.monitor.health import evaluate_rules
     from rlft.monitor.metrics import normalise
     from rlft.stages import get_runner
-    from rlft.stages.grpo import grpo_batch_layout
+    from rlft.stages.grpo.runner import grpo_batch_layout
 
     _with_toy_stage(monkeypatch)
     assert get_runner("toy") is grpo_batch_layout
@@ -168,7 +168,7 @@ def test_other_stage_warning_through_the_cli():
 
 def test_trl_error_names_the_passthrough_key_and_its_layer(tmp_path):
     pytest.importorskip("trl")
-    from rlft.stages.grpo import grpo_trl_config
+    from rlft.stages.grpo.runner import grpo_trl_config
 
     composed = compose("grpo", "cpu", overrides=["trl.auto_find_batch_size=true", "rewards=[json_valid]"])
     cfg, _ = validate(composed)

@@ -11,7 +11,7 @@ def _trainer(tmp_path, *overrides):
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
     from rlft.rewards import build_reward_suite
-    from rlft.stages.ppo import ppo_settings, training_arguments
+    from rlft.stages.ppo.runner import ppo_settings, training_arguments
     from rlft.stages.prompt_data import load_prompt_dataset
     from rlft.trainers.ppo import RlftPPOTrainer
 

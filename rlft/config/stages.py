@@ -52,7 +52,7 @@ _PREFERENCE_COLUMNS = ("data.prompt_column", "data.chosen_column", "data.rejecte
 
 SPECS: dict[str, StageSpec] = {s.name: s for s in (
     StageSpec(
-        name="grpo", section="grpo", runner="rlft.stages.grpo:run",
+        name="grpo", section="grpo", runner="rlft.stages.grpo.runner:run",
         trl_config="trl.trainer.grpo_config:GRPOConfig",
         trl_modeled=(("num_generations", "grpo.group_size"), ("temperature", "grpo.temperature"),
                      ("top_p", "grpo.top_p"), ("max_completion_length", "grpo.max_tokens"),
@@ -68,7 +68,7 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         resume_breaking=("grpo.group_size", "grpo.batch_size", "grpo.num_substeps"),
     ),
     StageSpec(
-        name="dpo", section="dpo", runner="rlft.stages.dpo:run",
+        name="dpo", section="dpo", runner="rlft.stages.dpo.runner:run",
         trl_config="trl.trainer.dpo_config:DPOConfig",
         trl_modeled=(("beta", "dpo.beta"), ("label_smoothing", "dpo.label_smoothing"),
                      ("max_length", "dpo.max_length"), ("loss_type", "dpo.loss_type")),
@@ -77,7 +77,7 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         console=("loss", "rewards/accuracies", "rewards/margins"),
     ),
     StageSpec(
-        name="orpo", section="orpo", runner="rlft.stages.orpo:run",
+        name="orpo", section="orpo", runner="rlft.stages.orpo.runner:run",
         trl_config="trl.experimental.orpo.orpo_config:ORPOConfig",
         trl_modeled=(("beta", "orpo.beta"), ("max_length", "orpo.max_length")),  # max_prompt_length: rlft's own
         data_columns=_PREFERENCE_COLUMNS,
@@ -86,7 +86,7 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         experimental=True,  # wraps trl.experimental
     ),
     StageSpec(
-        name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft:run",
+        name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run",
         trl_config="trl.trainer.sft_config:SFTConfig",
         trl_modeled=(("max_length", "train.max_seq_length"),),
         samples=True,
@@ -96,7 +96,7 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
         resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
     ),
     StageSpec(
-        name="awr", section="awr", runner="rlft.stages.awr:run",
+        name="awr", section="awr", runner="rlft.stages.awr.runner:run",
         trl_config="trl.trainer.sft_config:SFTConfig",
         trl_modeled=(("max_length", "train.max_seq_length"),),
         samples=True,
@@ -108,7 +108,7 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in (
     ),
     # Not built yet: its spec keeps `validate-config` and `rlft list` working.
     StageSpec(
-        name="ppo", section="ppo", runner="rlft.stages.ppo:run",  # rlft's own trainer (TRL 1.x has none)
+        name="ppo", section="ppo", runner="rlft.stages.ppo.runner:run",  # rlft's own trainer (TRL 1.x has none)
         data_columns=("data.prompt_column",),
         samples=True,
         metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",

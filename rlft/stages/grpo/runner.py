@@ -92,7 +92,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     if cfg.env.name:  # multi-turn episodes with per-step rewards: rlft's episode GRPO (TRL has none)
-        from rlft.stages import grpo_episodes
+        from rlft.stages.grpo import episodes as grpo_episodes
 
         return grpo_episodes.run(cfg, composed, opts)
     # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is

@@ -1,0 +1,1 @@
+"""The dpo stage: its spec, config section and checks (spec.py, no torch) and its runner (runner.py)."""
