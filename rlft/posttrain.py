@@ -58,15 +58,32 @@ def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
     else:
         raise RunError(f"{path}: neither a PEFT adapter (adapter_config.json) nor a transformers model (config.json)")
     step = checkpoint_step(path) if path.parent.name == "checkpoints" else None
+    _run_config(run_root)  # a damaged config.yaml: one line now, not a traceback after loading the model
     return Target(weights=path, is_adapter=adapter, run_root=run_root, step=step)
 
 
 def _run_config(run_root: Path | None) -> dict:
+    """The run's config.yaml ({} without one); a RunError naming the file when it is not the settings a run writes."""
     if run_root is None or not (run_root / "config.yaml").is_file():
         return {}
     import yaml
 
-    return yaml.safe_load((run_root / "config.yaml").read_text()) or {}
+    path = run_root / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunError(f"{path} is damaged: not readable YAML ({why}); restore it, or pass the adapter or "
+                       f"checkpoint folder itself") from None
+    data = data or {}
+    wrong = ("the whole file" if not isinstance(data, dict) else
+             next((k for k, kind in (("stage", str), ("model", dict), ("data", dict), ("rewards", list),
+                                     ("train", dict), ("lora", dict)) if data.get(k) is not None
+                   and not isinstance(data[k], kind)), None))
+    if wrong:
+        raise RunError(f"{path} is damaged: {wrong} is not what rlft writes there; restore it, or pass the adapter "
+                       f"or checkpoint folder itself")
+    return data
 
 
 def eval_config_file(run_root: Path, stage: str) -> Path:
@@ -85,7 +102,20 @@ def eval_config_file(run_root: Path, stage: str) -> Path:
 
 def run_model_name(run_root: Path | None) -> str | None:
     """`model.name_or_path` as the run's config.yaml states it (as the user gave it)."""
-    return (_run_config(run_root).get("model") or {}).get("name_or_path")
+    name = (_run_config(run_root).get("model") or {}).get("name_or_path")
+    return name if isinstance(name, str) else None
+
+
+def adapter_config(weights: Path) -> dict:
+    """A PEFT adapter folder's adapter_config.json; a RunError naming it when it is not a JSON object."""
+    path = weights / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if not isinstance(config, dict):
+        raise RunError(f"{path} is damaged (not a JSON object): the adapter in {weights} cannot be loaded")
+    return config
 
 
 def base_model_path(target: Target) -> str:
@@ -93,9 +123,9 @@ def base_model_path(target: Target) -> str:
     here, else the run's `model.name_or_path` (`tiny` built on demand, as in training)."""
     from rlft.tiny import ensure_tiny_model
 
-    recorded = json.loads((target.weights / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    recorded = adapter_config(target.weights).get("base_model_name_or_path")
     for name in (recorded, run_model_name(target.run_root)):
-        if not name:
+        if not name or not isinstance(name, str):
             continue
         if name == "tiny":
             std = (_run_config(target.run_root).get("model") or {}).get("tiny_init_std")
@@ -214,6 +244,7 @@ def export(target: Target, out: Path, merge: bool) -> Path:
     merged model stands alone), never by a path that only exists on this machine."""
     check_export_dir(out)
     name = run_model_name(target.run_root)
+    adapter_cfg = adapter_config(target.weights) if target.is_adapter else {}  # damaged: said before writing anything
     if not target.is_adapter:
         if merge:
             raise RunError(f"{target.weights} is a full model already (no adapter to merge); copy the folder instead")
@@ -227,9 +258,11 @@ def export(target: Target, out: Path, merge: bool) -> Path:
         shutil.copytree(target.weights, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
                                                                           "trainer_state.json", "training_args.bin",
                                                                           "rlft_*"))
+        if not target.is_adapter:  # a full model folder: copied as it is
+            return out
         cfg_path = out / "adapter_config.json"
-        adapter_cfg = json.loads(cfg_path.read_text())
-        recorded = adapter_cfg.get("base_model_name_or_path") or ""
+        recorded = adapter_cfg.get("base_model_name_or_path")
+        recorded = recorded if isinstance(recorded, str) else ""
         if name:  # the base as the user named it: a hub id, rlft's `tiny`, or their own path
             adapter_cfg["base_model_name_or_path"] = name
         elif Path(recorded).is_absolute():

@@ -28,10 +28,24 @@ def is_finished(root: Path) -> bool:
     return (final / "adapter_config.json").is_file() or (final / "config.json").is_file()
 
 
+class RunConfigError(ValueError):
+    """An earlier run's config.yaml cannot be read as the settings rlft writes there (the message says why)."""
+
+
 def read_run_config(root: Path) -> dict:
-    """The resolved config an earlier run saved (plain values; the provenance comments are YAML comments)."""
-    data = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else {}
+    """The resolved config an earlier run saved (plain values; the provenance comments are YAML comments);
+    RunConfigError when it is not readable YAML, not a mapping, or its `model` section is not one."""
+    try:
+        data = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunConfigError(f"cannot read {root / 'config.yaml'}: {why}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("model", {}), dict):
+        raise RunConfigError(f"{root / 'config.yaml'} is damaged: "
+                             f"{'its model section is' if isinstance(data, dict) else 'it is'} not a mapping")
+    return data
 
 
 def config_hash(root: Path) -> str:
@@ -69,8 +83,8 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
         return
     try:
         earlier = _model_of(read_run_config(root))
-    except (OSError, yaml.YAMLError) as exc:
-        problems.append(Problem("model.init_from", where, f"cannot read {root / 'config.yaml'}: {exc}"))
+    except RunConfigError as exc:
+        problems.append(Problem("model.init_from", where, str(exc)))
         return
     implied: dict[str, Any] = {}
     base = earlier.get("name_or_path")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlft.config.init_from import read_run_config, run_root
+from rlft.config.init_from import RunConfigError, read_run_config, run_root
 from rlft.config.schema import RlftConfig
+from rlft.models.loading import ModelLoadError
 
 log = logging.getLogger("rlft")
 
@@ -33,9 +34,25 @@ def _load_base(model_cfg: dict, cfg: RlftConfig):
     return load_causal_lm(name, cfg)
 
 
+def _model_section(root: Path) -> dict:
+    """The `model` section of run `root`'s config.yaml; a ModelLoadError naming the file when it is damaged
+    (an earlier run of the chain is read here for the first time, after validation)."""
+    try:
+        model_cfg = read_run_config(root).get("model") or {}
+    except RunConfigError as exc:
+        raise ModelLoadError(f"model.init_from: {exc}") from None
+    parent = model_cfg.get("init_from")
+    if parent is not None and not isinstance(parent, str):
+        raise ModelLoadError(f"model.init_from: {root / 'config.yaml'} is damaged: its model.init_from is not a path")
+    if parent and not run_root(parent).is_dir():
+        raise ModelLoadError(f"model.init_from: run {root} started from {parent}, which is gone; the chain's weights "
+                             f"cannot be rebuilt without it")
+    return model_cfg
+
+
 def start_model(root: Path, cfg: RlftConfig):
     """The model run `root` started from (before its own adapter)."""
-    model_cfg = read_run_config(root).get("model") or {}
+    model_cfg = _model_section(root)
     parent = model_cfg.get("init_from")
     if not parent:
         return _load_base(model_cfg, cfg)
@@ -58,7 +75,7 @@ def merged_model(root: Path, cfg: RlftConfig):
 
 def starts_from_base(root: Path) -> bool:
     """Whether run `root` started from the plain base model (so disabling its adapter gives the base)."""
-    return not (read_run_config(root).get("model") or {}).get("init_from")
+    return not _model_section(root).get("init_from")
 
 
 def load_initial_policy(cfg: RlftConfig):

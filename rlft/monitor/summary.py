@@ -24,6 +24,15 @@ def status_for(code: int | None) -> str:
     return STATUS_BY_CODE.get(code, "failed") if code is not None else "failed"
 
 
+def read_summary(path: Path) -> dict | None:
+    """A run's summary.json, or None when it is missing, unreadable or not a JSON object."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _rows(metrics_path: Path) -> list[dict]:
     rows = []
     if Path(metrics_path).is_file():

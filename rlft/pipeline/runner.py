@@ -18,13 +18,11 @@ SUMMARY = "pipeline_summary.json"
 
 def stage_finished(run_dir: Path) -> bool:
     """A stage counts as done when its summary says finished and its final model is in place."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
     from rlft.config.init_from import is_finished
+    from rlft.monitor.summary import read_summary
 
-    return summary.get("status") == "finished" and is_finished(run_dir)
+    summary = read_summary(run_dir / "summary.json")
+    return summary is not None and summary.get("status") == "finished" and is_finished(run_dir)
 
 
 def _resumable(run_dir: Path) -> bool:
@@ -37,9 +35,10 @@ def _resumable(run_dir: Path) -> bool:
 def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) -> dict:
     run_dir = pipe.stage_dir(entry)
     record = {"index": entry.index, "name": entry.name, "stage": entry.stage, "dir": str(run_dir), "status": status or "pending"}
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    from rlft.monitor.summary import read_summary
+
+    summary = read_summary(run_dir / "summary.json")
+    if summary is None:
         return record
     record.update(status=status or summary.get("status", "unknown"), wall_s=summary.get("wall_s"),
                   steps=summary.get("steps"), eval=summary.get("eval", {}), exit_code=summary.get("exit_code"))
