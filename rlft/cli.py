@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from rlft.config.errors import ConfigError, Problem
-from rlft.config.stages import HARDWARE, STAGES  # the help text needs only these names, not the schema
+from rlft.config.stages import DEFAULT_STAGE, HARDWARE, STAGES  # the help text needs only these names, not the schema
 
 # one place for the exit codes: `rlft --help` prints them and the README lists the same
 EXIT_CODES = (
@@ -49,7 +49,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                        help="Print rlft's version and exit.")) -> None:
     """RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR."""
 
-STAGE_OPT = typer.Option("grpo", "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
+STAGE_OPT = typer.Option(DEFAULT_STAGE, "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
 HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
@@ -142,7 +142,7 @@ def list_profiles() -> None:
     """List stages, hardware profiles and example configs, one line each."""
     from rlft.config.compose import configs_dir, display_path
     from rlft.config.render import first_comment_line
-    from rlft.stages import EXPERIMENTAL, RUNNERS
+    from rlft.config.stages import SPECS
 
     try:
         root = configs_dir()
@@ -151,7 +151,7 @@ def list_profiles() -> None:
         raise typer.Exit(2)
     typer.echo("Stages (--stage):")
     for s in STAGES:
-        tags = [t for t, on in (("experimental", s in EXPERIMENTAL), ("not built yet", s not in RUNNERS)) if on]
+        tags = [t for t, on in (("experimental", SPECS[s].experimental), ("not built yet", not SPECS[s].built)) if on]
         tag = f" [{', '.join(tags)}]" if tags else ""
         typer.echo(f"  {s:<9}{first_comment_line(root / 'stages' / f'{s}.yaml')}{tag}")
     typer.echo("Hardware profiles (--hw):")
@@ -335,7 +335,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     from rlft.posttrain import _run_config, eval_config_file
 
     tgt = _target(target, checkpoint)
-    stage = stage or _run_config(tgt.run_root).get("stage") or "grpo"
+    stage = stage or _run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
     files, own = list(config or []), None
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
         files = [own := eval_config_file(tgt.run_root, stage)]
@@ -457,7 +457,6 @@ def export_cmd(target: Path = TARGET_ARG,
 pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
                            no_args_is_help=True)
 app.add_typer(pipeline_app, name="pipeline")
-USES_REFERENCE = ("grpo", "ppo", "dpo")  # stages that measure KL or preferences against a frozen model
 PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
 PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<number or name>.KEY=VALUE for one.")
 PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
@@ -497,7 +496,7 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
     pipe, checked = _load_pipeline(path, overrides, hw)
     for i, (entry, cfg, composed, _) in enumerate(checked):
         typer.echo(f"# ---- {entry.label}: {entry.stage}, hw {entry.hw or hw}, run folder {pipe.stage_dir(entry)}")
-        if entry.stage not in USES_REFERENCE:
+        if not SPECS[entry.stage].uses_reference:
             typer.echo(f"# reference: none ({entry.stage} uses no reference model)"
                        + (f"; starts from {checked[i - 1][0].label}" if i and not entry.sets_init_from else ""))
         elif i and not cfg.model.init_from and not entry.sets_init_from:
@@ -532,6 +531,7 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
         check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after
         code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
     except ConfigError as exc:
+    from rlft.config.stages import SPECS
         _print_problems(exc.problems)
         raise typer.Exit(2)
     except RunError as exc:
@@ -575,7 +575,7 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
         _err(f"error: {exc}")
         raise typer.Exit(2)
     try:
-        cfg, composed = _load(stage or "grpo", hw, files, overrides, trains=False)  # scores only
+        cfg, composed = _load(stage or DEFAULT_STAGE, hw, files, overrides, trains=False)  # scores only
     finally:
         if own is not None:
             own.unlink(missing_ok=True)

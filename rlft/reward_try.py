@@ -71,9 +71,10 @@ def run_log(run: Path) -> Path:
 
 
 def run_stage(run: Path) -> str:
+    from rlft.config.stages import DEFAULT_STAGE
     from rlft.run import saved_config
 
-    return (saved_config(run) or {}).get("stage") or "grpo"
+    return (saved_config(run) or {}).get("stage") or DEFAULT_STAGE
 
 
 def run_config_file(run: Path, stage: str) -> Path:

@@ -555,8 +555,9 @@ class RunContext:
         newest = good[-1]
         step = checkpoint_step(newest)
         target = self.cfg.train.max_steps
-        if self.cfg.stage == "ppo":  # PPO counts episodes; a step is one update of ppo.batch_size episodes
-            target = -(-self.cfg.ppo.num_episodes // self.cfg.ppo.batch_size)
+        total_steps = get_spec(self.cfg.stage).total_steps
+        if total_steps is not None:  # e.g. PPO counts episodes; a step is one update of ppo.batch_size episodes
+            target = total_steps(self.cfg)
         self.extra_state = read_rlft_state(newest)
         self.final_only = False
         if target > 0 and step >= target and not self.run.final.is_dir():

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from rlft.config.schema import AWRConfig, RSSFTConfig
+from rlft.stages.awr.spec import AWRConfig
+from rlft.stages.rs_sft.spec import RSSFTConfig
 from rlft.run import RunError
 from rlft.stages.decide import awr_decide, rs_sft_decide, training_pairs
 

@@ -124,9 +124,9 @@ def test_orpo_import_is_silent():
 
 
 def test_preference_stages_are_registered_and_orpo_is_experimental():
-    from rlft.stages import EXPERIMENTAL, RUNNERS
+    from rlft.config.stages import SPECS
 
-    assert {"dpo", "orpo"} <= set(RUNNERS) and "orpo" in EXPERIMENTAL and "dpo" not in EXPERIMENTAL
+    assert SPECS["dpo"].built and SPECS["orpo"].built and SPECS["orpo"].experimental and not SPECS["dpo"].experimental
 
 
 @pytest.mark.parametrize("stage", ["dpo", "orpo"])

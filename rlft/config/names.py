@@ -9,3 +9,4 @@ AWR_BASELINES = ("group_mean", "global_mean")                                   
 KL_PENALTIES = ("kl", "abs", "mse", "full")                                         # rlft.algos.kl
 KEEP_RULES = ("best", "above_threshold")                                            # rlft.algos.rejection
 TOO_LONG_MODES = ("truncate", "drop", "error")                                      # rlft.data.checks
+POLICY_LOSSES = ("importance_sampling", "ppo")                                    # GRPO loss_fn

@@ -10,6 +10,7 @@ import yaml
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig, to_dict
+from rlft.config.stages import get_spec
 
 
 def _scalar(value) -> str:
@@ -93,69 +94,15 @@ def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
     return text
 
 
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """A PPO interval in episodes as whole updates (batch_size episodes each), at least 1."""
-    return max(1, round(episodes / batch_size))
-
-
-def ppo_schedule(cfg: RlftConfig) -> str:
-    """PPO counts episodes: how num_episodes and the *_interval keys become updates and optimizer steps."""
-    p, ga = cfg.ppo, cfg.train.gradient_accumulation_steps
-    updates = math.ceil(p.num_episodes / p.batch_size)
-    conv = "; ".join(f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} "
-                     f"update(s)" for name in ("log_interval", "eval_interval", "save_interval"))
-    per_epoch = p.batch_size // p.mini_batch_size
-    per_step = max(1, min(ga, per_epoch))
-    steps = p.ppo_epochs * math.ceil(per_epoch / per_step)
-    return (f"# ppo schedule: {p.num_episodes} episodes / batch_size {p.batch_size} = {updates} updates (a metrics "
-            f"and checkpoint step is one update); {conv}; each update = {p.ppo_epochs} epoch(s) x {per_epoch} "
-            f"minibatch(es) of {p.mini_batch_size} episodes, an optimizer step every {per_step} minibatch(es) = "
-            f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
-
-
-def sampled_sft_schedule(cfg: RlftConfig) -> str:
-    """RS-SFT / AWR: how rounds, sampling and the SFT schedule fit together."""
-    s = getattr(cfg, cfg.stage)
-    what = ("keeps " + ("each prompt's best sample" if s.keep == "best" else "every sample")
-            + f" with total reward > {s.reward_threshold} (at most {s.max_samples})") if cfg.stage == "rs_sft" \
-        else f"weighs every scored sample by min(exp({s.advantage_beta} x normalised advantage), {s.clip_advantage})"
+def sampled_sft_schedule(cfg: RlftConfig, what: str) -> str:
+    """RS-SFT / AWR: how rounds, sampling and the SFT schedule fit together (`what`: what the stage does with
+    the scored samples, from its spec)."""
+    s = getattr(cfg, get_spec(cfg.stage).section)
     evals = (f"; eval.start / eval.end: {cfg.data.eval_prompts} prompts x {s.num_samples_per_prompt} fresh samples"
              if cfg.data.eval_prompts else "")
     return (f"# {cfg.stage} rounds: {s.rounds} x (sample {s.num_samples_per_prompt} completions per prompt of data.train, "
             f"up to {s.max_tokens} tokens at temperature {s.temperature}, {s.generation_batch_size} per generate call; "
             f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each round{evals}")
-
-
-
-def grpo_layout_note(cfg: RlftConfig) -> str:
-    """How one GRPO generation becomes optimizer steps (why the stage profile's 4 x 4 logs 16 steps)."""
-    g = cfg.grpo
-    total = g.batch_size * g.group_size
-    steps = g.num_substeps * g.ppo_epochs
-    return (f"grpo: one generation = grpo.batch_size {g.batch_size} prompts x grpo.group_size {g.group_size} = {total} "
-            f"completions, trained in grpo.num_substeps {g.num_substeps} optimizer step(s) of "
-            f"{total // max(g.num_substeps, 1)} x grpo.ppo_epochs {g.ppo_epochs} pass(es) = {steps} optimizer step(s) "
-            f"per generation (each logged as a step); grpo.batch_size must be divisible by grpo.num_substeps; "
-            f"grpo.num_substeps=1 grpo.ppo_epochs=1 trains one step per generation")
-
-
-def grpo_overlap_note(cfg: RlftConfig) -> str | None:
-    """What streaming and async do to an iteration, in words; None when GRPO runs synchronously."""
-    g = cfg.grpo
-    nm, k = g.stream_minibatch.num_minibatches, g.async_.max_steps_off_policy
-    if nm is None and k is None:
-        return None
-    parts = []
-    if nm is not None:
-        groups = g.batch_size // max(g.num_substeps * nm, 1)
-        parts.append(f"streaming: each optimizer substep accumulates {nm} minibatch(es) of {groups} group(s), trained as "
-                     f"soon as they are sampled, advantages and KL per minibatch; still on-policy")
-    if k is not None:
-        parts.append(f"async: a sampler copy of the policy runs up to {k} iteration(s) ahead, so a batch may be sampled "
-                     f"with weights up to {k} iteration(s) old (async/staleness_*); older ones are dropped "
-                     f"(async/dropped) and the importance-sampling ratio against the sampler's log-probs corrects the "
-                     f"rest; watch kl_sample_train_v2")
-    return "grpo: " + "; ".join(parts)
 
 
 def chat_template_note(cfg: RlftConfig) -> str:
@@ -189,14 +136,11 @@ def chat_template_note(cfg: RlftConfig) -> str:
 
 
 def explain_notes(cfg: RlftConfig) -> list[str]:
-    """The `show-config --explain` notes after the YAML, each a comment line."""
-    notes = [ppo_schedule(cfg) if cfg.stage == "ppo" else schedule_summary(cfg)]
-    if cfg.stage in ("rs_sft", "awr"):
-        notes.append(sampled_sft_schedule(cfg))
+    """The `show-config --explain` notes after the YAML, each a comment line: the schedule (the stage's own
+    where it counts otherwise), the stage's notes, what the chat template does."""
+    spec = get_spec(cfg.stage)
+    notes = [spec.schedule(cfg) if spec.schedule else schedule_summary(cfg)]
+    if spec.explain:
+        notes += spec.explain(cfg)
     notes.append("# " + chat_template_note(cfg))
-    if cfg.stage == "grpo":
-        notes.append("# " + grpo_layout_note(cfg))
-        overlap = grpo_overlap_note(cfg)
-        if overlap:
-            notes.append("# " + overlap)
     return notes

@@ -9,24 +9,15 @@ standard library so that `rlft validate-config` stays fast.
 from __future__ import annotations
 
 import keyword
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass, make_dataclass
 from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
-from rlft.config.names import AWR_BASELINES, GRPO_BASELINES, KEEP_RULES, KL_PENALTIES, TOO_LONG_MODES
-from rlft.config.stages import HARDWARE, STAGES, sampling_stages
+from rlft.config.fields import F
+from rlft.config.names import TOO_LONG_MODES
+from rlft.config.stages import DEFAULT_STAGE, HARDWARE, STAGES, sampling_stages, stage_sections  # noqa: F401 - HARDWARE re-exported
 
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
-
-
-def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=None,
-      choices=None, factory=None, also=None) -> Any:
-    """A schema field: default, one-line help and the allowed values in one place (`also`: words accepted
-    besides the type, e.g. `auto` for a number)."""
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "also": also}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -116,113 +107,6 @@ class RewardConfig:
 
 
 @dataclass
-class DPOConfig:
-    beta: float = F(0.1, "Preference strength / implicit KL coefficient (0.01-0.5).", gt=0, le=5)
-    label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting); the label-flip probability with loss_type robust.", ge=0, lt=0.5)
-    max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
-    max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
-    loss_type: str = F("sigmoid", "DPO loss variant (TRL `loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
-
-
-@dataclass
-class ORPOConfig:
-    beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
-    max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
-    max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
-
-
-@dataclass
-class RSSFTConfig:
-    num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
-    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
-    reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
-    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
-    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
-    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
-    top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
-
-
-@dataclass
-class AWRConfig:
-    advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / tau).", gt=0, le=100)
-    normalize_advantage: bool = F(True, "Normalise advantages to mean 0, std 1 over the whole sampled set before weighting.")
-    clip_advantage: float = F(10.0, "Maximum weight of one sample (weights above are clipped to it).", gt=0)
-    baseline: str = F("group_mean", "Advantage baseline: `group_mean` (mean total of the same prompt's samples) or `global_mean` (mean of all samples).", choices=list(AWR_BASELINES))
-    num_samples_per_prompt: int = F(8, "Completions sampled per prompt of data.train.", ge=1, le=256)
-    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
-    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    rounds: int = F(1, "Sample -> weight -> train rounds, each sampling from the policy the previous round trained.", ge=1, le=100)
-    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
-
-
-@dataclass
-class AsyncConfig:
-    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: a sampler copy of the policy runs up to this many training iterations (GRPO) or updates (PPO) ahead of the learner, with weights at most that old; an older batch is dropped (counted) and re-sampled. The loss corrects for the lag with the sampler's log-probs (importance sampling; PPO clips against the learner and weights by pi_learner / pi_sampler). Start below 5. null = synchronous.", ge=1, le=64)
-
-
-@dataclass
-class PPOConfig:
-    batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
-    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
-    ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
-    clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
-    cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
-    vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
-    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
-    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=list(KL_PENALTIES))
-    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
-    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
-    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
-    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
-    gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
-    lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
-    num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
-    log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
-    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
-    save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
-    temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
-    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the policy samples the next updates' episodes while the learner trains.", factory=AsyncConfig)
-
-
-@dataclass
-class StreamMinibatchConfig:
-    groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: grpo.batch_size (null = grpo.batch_size; another value is refused).", ge=1)
-    num_minibatches: Optional[int] = F(None, "Streaming: forward/backward passes per optimizer substep, each on whole groups as soon as they are sampled, with their advantages and KL computed per minibatch; training starts on the first while the rest are sampled. Still on-policy. null = off.", ge=1, le=64)
-
-
-@dataclass
-class GRPOConfig:
-    group_size: int = F(4, "Completions per prompt (default 4, useful range 2-16).", ge=2, le=64)
-    batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
-    num_substeps: int = F(1, "Minibatches per iteration, one optimizer step each; must divide batch_size.", ge=1, le=64)
-    ppo_epochs: int = F(1, "Passes over each generated batch (TRL num_iterations).", ge=1, le=16)
-    baseline_mode: str = F("group_mean", f"Advantage baseline: {', '.join(GRPO_BASELINES)}, or a function as `package.module:function` (importable from the working directory or the Python path).")
-    remove_constant_reward_groups: bool = F(False, "Drop groups whose rewards are all equal (no gradient signal).")
-    kl_penalty_coef: float = F(0.0, "KL-to-reference coefficient (0 = off; 0.01-0.1 typical).", ge=0, le=10)
-    kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])
-    kl_discount_factor: float = F(0.0, "Discount of the KL penalty summed over later tokens (0 = none).", ge=0, le=1)
-    adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
-    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (as ppo.target_kl).", gt=0)
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in completions.", ge=1)
-    loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=["importance_sampling", "ppo"])
-    clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
-    temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
-    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k gamma^k r_k), in [0, 1].", ge=0, le=1)
-    stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by default).", factory=StreamMinibatchConfig)
-    async_: AsyncConfig = F(help="Async off-policy training, `grpo.async` (off by default).", factory=AsyncConfig)
-    generation_backend: str = F("transformers", "Who samples completions: `transformers` (generate on the training model; CPU, MPS, CUDA) or `vllm` (CUDA only; the `vllm` extra).", choices=["transformers", "vllm"])
-    vllm_mode: str = F("colocate", "With generation_backend vllm: `colocate` (vLLM in the training process, sharing the GPU) or `server` (a separate `trl vllm-serve` process).", choices=["colocate", "server"])
-
-
-@dataclass
 class EnvConfig:
     name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, `package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); null = single-turn completions scored by `rewards`.")
     kwargs: dict = F(help="Keyword arguments passed to the environment class (toolsim: variant, steps, forbidden_tools and every reward-table value).", factory=dict)
@@ -250,6 +134,7 @@ class HardwareConfig:
     deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
     cpu_threads: Optional[Union[int, str]] = F(None, "torch CPU threads: a count, `auto` = the cores this process may run on (os.sched_getaffinity, divided among local processes; warns when the load average says they are busy), null = torch's default (1 is fastest for tiny models).", ge=1, le=512, also=["auto"])
     empty_cache_steps: Optional[int] = F(None, "Free the accelerator cache every N steps (helps on MPS).", ge=1)
+    device_memory_gb: Optional[float] = F(None, "Memory of one device in GiB (a card's `GB`, e.g. 40 or 80 for an A100), for `rlft plan`; null = this machine's RAM on cpu/mps, unknown on cuda.", gt=0, le=4096)
 
 
 ACTIONS = ["warn", "stop", "rollback"]
@@ -275,24 +160,30 @@ class MonitorConfig:
     reward_logs: bool = F(True, "Capture what reward functions print (stdout, stderr, logging) per step and function into reward_logs.jsonl, with call times and failures, instead of the console.")
 
 
-@dataclass
-class RlftConfig:
-    stage: str = F("grpo", "Training stage.", choices=list(STAGES))
-    model: ModelConfig = F(help="Model and reference.", factory=ModelConfig)
-    lora: LoraConfig = F(help="LoRA adapter.", factory=LoraConfig)
-    train: TrainConfig = F(help="Optimizer, schedule, precision, logging and checkpoints.", factory=TrainConfig)
-    data: DataConfig = F(help="Datasets and columns.", factory=DataConfig)
-    rewards: list[RewardConfig] = F(help="Reward functions: a list of {fn, weight, kwargs, name}.", factory=list)
-    dpo: DPOConfig = F(help="DPO stage.", factory=DPOConfig)
-    orpo: ORPOConfig = F(help="ORPO stage.", factory=ORPOConfig)
-    rs_sft: RSSFTConfig = F(help="Rejection-sampling SFT stage.", factory=RSSFTConfig)
-    awr: AWRConfig = F(help="Advantage-weighted regression stage.", factory=AWRConfig)
-    ppo: PPOConfig = F(help="PPO stage.", factory=PPOConfig)
-    grpo: GRPOConfig = F(help="GRPO stage and rlft's group-advantage / KL hooks.", factory=GRPOConfig)
-    env: EnvConfig = F(help="Environment for multi-turn (tool-use) episodes, used by PPO and GRPO.", factory=EnvConfig)
-    hw: HardwareConfig = F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)
-    monitor: MonitorConfig = F(help="Health rules and their actions.", factory=MonitorConfig)
-    trl: dict = F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)
+def _config_class():
+    """RlftConfig: the shared sections, then each stage's own (from its folder's spec), then the rest."""
+    head = [
+        ("stage", str, F(DEFAULT_STAGE, "Training stage.", choices=list(STAGES))),
+        ("model", ModelConfig, F(help="Model and reference.", factory=ModelConfig)),
+        ("lora", LoraConfig, F(help="LoRA adapter.", factory=LoraConfig)),
+        ("train", TrainConfig, F(help="Optimizer, schedule, precision, logging and checkpoints.", factory=TrainConfig)),
+        ("data", DataConfig, F(help="Datasets and columns.", factory=DataConfig)),
+        ("rewards", list[RewardConfig], F(help="Reward functions: a list of {fn, weight, kwargs, name}.", factory=list)),
+    ]
+    stages = [(s.section, s.section_cls, F(help=s.section_help, factory=s.section_cls)) for s in stage_sections()]
+    tail = [
+        ("env", EnvConfig, F(help="Environment for multi-turn (tool-use) episodes, used by PPO and GRPO.", factory=EnvConfig)),
+        ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)),
+        ("monitor", MonitorConfig, F(help="Health rules and their actions.", factory=MonitorConfig)),
+        ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)),
+    ]
+    cls = make_dataclass("RlftConfig", head + stages + tail)
+    cls.__module__ = __name__
+    cls.__doc__ = "A whole rlft config: one attribute per section (`cfg.train`, `cfg.grpo`, ...)."
+    return cls
+
+
+RlftConfig = _config_class()
 
 
 # --- schema introspection -------------------------------------------------------------------

@@ -15,10 +15,10 @@ from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.init_from import resolve_init_from
 from rlft.config.lr import resolve_learning_rate
-from rlft.config.names import GRPO_BASELINES
 from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
 from rlft.config.stages import SPECS as STAGE_SPECS
-from rlft.config.stages import STAGE_SECTIONS
+from rlft.config.stages import STAGE_SECTIONS, stage_sections
+from rlft.config.stagespec import StageChecks
 
 SPECS = leaf_specs()
 REWARD_SPECS = leaf_specs(RewardConfig)
@@ -153,24 +153,28 @@ def _nvidia_visible() -> bool:
     return Path("/proc/driver/nvidia/gpus").is_dir() and any(Path("/proc/driver/nvidia/gpus").iterdir())
 
 
-def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
+def _stage_checks(c: Composed, problems: list[Problem], for_train: bool, check_files: bool = True,
+                  trains: bool = True) -> StageChecks:
+    report = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    return StageChecks(stage=c.stage, hw=c.hw, get=lambda p: _get(c.data, p), report=report,
+                       limit=lambda key: SPECS[key].le, set_by_user=c.set_by_user, for_train=for_train,
+                       check_files=check_files, trains=trains)
+
+
+def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_files: bool = True) -> None:
     d = c.data
     g = lambda p: _get(d, p)  # noqa: E731
     err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
-
-    if g("grpo.batch_size") and g("grpo.num_substeps") and isinstance(g("grpo.batch_size"), int) \
-            and isinstance(g("grpo.num_substeps"), int) and g("grpo.batch_size") % g("grpo.num_substeps"):
-        bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
-        divisors = [d for d in range(1, min(bs, SPECS["grpo.num_substeps"].le) + 1) if bs % d == 0]  # not 10^12 tries
-        err("grpo.num_substeps", f"grpo.batch_size ({bs}) must be divisible by grpo.num_substeps ({ns}): each substep "
-            f"(one optimizer step) trains on an equal share of whole groups. Set grpo.num_substeps to one of "
-            f"{', '.join(map(str, divisors))} (1 = one optimizer step per generation) or grpo.batch_size to a multiple "
-            f"of {ns}; the grpo stage profile sets num_substeps 4 and ppo_epochs 4 (the guide's mini-batches and "
-            f"epochs: 16 optimizer steps per generation)")
-    if c.stage == "grpo":
-        _check_grpo_sampling(g, err)
-    if g("monitor.reward_hot_reload") is True and (c.stage not in ("grpo", "ppo") or g("env.name")):
-        err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of GRPO and PPO; "
+    spec = STAGE_SPECS[c.stage]
+    checks = _stage_checks(c, problems, for_train, check_files)
+    for other in STAGE_SPECS.values():  # every section stays consistent in itself, whichever stage runs
+        if other.section_checks is not None:
+            other.section_checks(checks)
+    if spec.checks is not None:
+        spec.checks(checks)
+    if g("monitor.reward_hot_reload") is True and (not spec.reloads_rewards or g("env.name")):
+        reloads = " and ".join(s.name.upper() for s in STAGE_SPECS.values() if s.reloads_rewards)
+        err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of {reloads}; "
             f"stage `{c.stage}`{' with env.name (episodes score through the environment)' if g('env.name') else ''} "
             f"does not reload them", "warning")
     ahead = [k for k in (f"{c.stage}.async.max_steps_off_policy", f"{c.stage}.stream_minibatch.num_minibatches")
@@ -187,34 +191,7 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("train.tf32", "tf32 exists only on NVIDIA Ampere+ GPUs; set train.tf32=null on MPS")
     if g("lora.enabled") is True and g("lora.lora_alpha") is None:
         err("lora.lora_alpha", "missing while LoRA is on; set it (usually 2 x lora.r)")
-    pb, pm = g("ppo.batch_size"), g("ppo.mini_batch_size")
-    if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
-        err("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
-    elif c.stage == "ppo" and isinstance(pb, int) and isinstance(pm, int) and isinstance(g("train.gradient_accumulation_steps"), int):
-        step = pm * g("train.gradient_accumulation_steps")
-        if step < pb and pb % step:
-            err("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
-                f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
-    nproc_ppo = g("hw.num_processes")
-    if c.stage == "ppo" and isinstance(nproc_ppo, int) and nproc_ppo > 1 and isinstance(pb, int) and isinstance(pm, int) \
-            and (pb % nproc_ppo or pm % nproc_ppo):
-        err("hw.num_processes", f"ppo.batch_size ({pb}) and ppo.mini_batch_size ({pm}) must be divisible by "
-            f"hw.num_processes ({nproc_ppo}): each process takes an equal share of both")
-    if c.stage == "ppo" and isinstance(g("train.max_steps"), int) and g("train.max_steps") > 0:
-        err("train.max_steps", "has no effect on PPO, which counts episodes: set ppo.num_episodes "
-            f"(updates = num_episodes / ppo.batch_size)", "warning")
-    if c.stage == "ppo" and g("ppo.value_model") == "separate":
-        err("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
-            "(a value head on the policy's backbone)")
-    if c.stage == "ppo" and g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
-        err("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is not "
-            "supported (generation and the value head on sharded weights are not built); use --hw ddp")
     ref = g("model.ref")
-    for key in ("grpo.kl_penalty_coef", "ppo.init_kl_coef"):
-        stage = key.partition(".")[0]
-        coef = g(key)
-        if c.stage == stage and _is_number(coef) and coef > 0 and ref in (None, "none", ""):
-            err(key, f"{key} > 0 needs a reference model: set model.ref to `base` (the model without the adapter) or a checkpoint path")
     if ref == "init" and not g("model.init_from"):
         err("model.ref", "`init` means the model this stage starts from and needs model.init_from (an earlier run)")
     if isinstance(ref, str) and ref not in ("base", "init", "none", "") and not Path(ref).expanduser().exists():
@@ -222,30 +199,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
             err("model.ref", f"reference checkpoint not found: {ref}")
         elif "/" in ref:  # `org/name`: a hub id, or a relative folder that is missing
             err("model.ref", f"no local folder `{ref}`; it will be loaded as a hub id", "warning")
-    if g("grpo.adaptive_kl") is True and c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") == 0:
-        err("grpo.adaptive_kl", "adaptive_kl adjusts grpo.kl_penalty_coef, which is 0; set an initial coefficient (e.g. 0.05)")
-    if c.stage == "grpo" and _is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") > 0 \
-            and g("grpo.kl_penalty_mode") == "advantage" and g("grpo.temperature") not in (1, 1.0):
-        err("grpo.temperature", "a KL penalty in the advantage assumes temperature 1.0 (sampler log-probs are tempered otherwise)", "warning")
-    gs = g("grpo.group_size")
-    if c.stage == "grpo" and isinstance(gs, int) and gs > 16:
-        err("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions", "warning")
-    if c.stage == "awr" and g("awr.baseline") == "group_mean" and g("awr.num_samples_per_prompt") == 1:
-        err("awr.num_samples_per_prompt", "1 sample per prompt with awr.baseline group_mean gives every advantage 0 "
-            "(each sample is its own group's mean): no learning signal. Sample 2 or more per prompt, or set "
-            "awr.baseline=global_mean")
-    section = STAGE_SPECS[c.stage].section
+    section = spec.section
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
         mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")
         if isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
             err(f"{section}.max_prompt_length", f"must be smaller than {section}.max_length ({ml})")
-    ls, lt = g("dpo.label_smoothing"), g("dpo.loss_type")
-    if c.stage == "dpo" and _is_number(ls) and ls > 0 and lt not in ("sigmoid", "robust"):
-        err("dpo.label_smoothing", f"label smoothing acts only on the `sigmoid` (conservative DPO) and `robust` losses; "
-            f"TRL ignores it for `{lt}`. Set dpo.label_smoothing=0 or dpo.loss_type to sigmoid or robust")
-    if c.stage == "dpo" and ref in (None, "none", ""):
-        err("model.ref", "DPO always measures against a reference; with no model.ref it uses the base model "
-            "(as `base`: the model without the adapter)", "warning")
     # hardware and processes
     strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":
@@ -265,56 +223,23 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool) -> None:
         err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run elsewhere)", "warning")
     if device == "cpu" and g("train.bf16") is True:
         err("train.bf16", "bf16 on the cpu profile is slow or unsupported on many CPUs; prefer fp32", "warning")
-    msl, sec = g("train.max_seq_length"), STAGE_SPECS[c.stage].section
-    mt = g(f"{sec}.max_tokens") if STAGE_SPECS[c.stage].samples and f"{sec}.max_tokens" in SPECS else None
+    msl, sec = g("train.max_seq_length"), spec.section
+    mt = g(f"{sec}.max_tokens") if spec.samples and f"{sec}.max_tokens" in SPECS else None
     if isinstance(msl, int) and isinstance(mt, int) and mt >= msl:
         err("train.max_seq_length", f"{msl} leaves no room for the prompt: {sec}.max_tokens ({mt}) of it are "
             f"the completion; raise train.max_seq_length or lower {sec}.max_tokens")
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
     env = g("env.name")
-    if env and c.stage not in ("ppo", "grpo"):
-        err("env.name", f"multi-turn episodes run with stage `ppo` or `grpo`; stage `{c.stage}` does not use an "
-            "environment")
+    if env and not spec.uses_env:
+        users = " or ".join(f"`{s.name}`" for s in stage_sections() if s.uses_env)
+        err("env.name", f"multi-turn episodes run with stage {users}; stage `{c.stage}` does not use an environment")
     if not g("data.train") and not env:
         err("data.train", "no training data set (jsonl, json, csv, parquet, a saved datasets folder, or `demo`)", level)
-    if STAGE_SPECS[c.stage].samples and not g("rewards") and not env:
+    if spec.samples and not g("rewards") and not env:
         # `rewards:` left empty in the user's own file is no profile being checked: an error there too
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function",
             "error" if c.set_by_user("rewards") else level)
-
-
-def _check_grpo_sampling(g, err) -> None:
-    """Streaming, async and the generation backend: what each needs of the rest of the config."""
-    bs, ns = g("grpo.batch_size"), g("grpo.num_substeps")
-    nm, gpb = g("grpo.stream_minibatch.num_minibatches"), g("grpo.stream_minibatch.groups_per_batch")
-    k = g("grpo.async.max_steps_off_policy")
-    if isinstance(gpb, int) and isinstance(bs, int) and gpb != bs:
-        err("grpo.stream_minibatch.groups_per_batch", f"{gpb} differs from grpo.batch_size ({bs}), the groups in one "
-            "iteration; leave it unset (it follows grpo.batch_size) or set grpo.batch_size instead")
-    if isinstance(nm, int) and isinstance(bs, int) and isinstance(ns, int) and ns and bs % ns == 0 and (bs // ns) % nm:
-        per = bs // ns
-        ok = [d for d in range(1, min(per, SPECS["grpo.stream_minibatch.num_minibatches"].le) + 1) if per % d == 0]
-        err("grpo.stream_minibatch.num_minibatches", f"each optimizer substep holds grpo.batch_size / grpo.num_substeps "
-            f"= {per} groups, which {nm} minibatches cannot share equally (groups stay whole); use one of "
-            f"{', '.join(map(str, ok))}")
-    overlap = isinstance(nm, int) or isinstance(k, int)
-    if isinstance(nm, int) and g("env.name"):
-        err("grpo.stream_minibatch.num_minibatches", "streaming is built for single-turn completions; multi-turn "
-            "episodes (env.name) sample a whole update at once (async, grpo.async, works with them)")
-    backend = g("grpo.generation_backend")
-    if backend == "vllm":
-        import importlib.util
-
-        if overlap:
-            err("grpo.generation_backend", "vllm is not built for streaming or async training yet (their sampler is "
-                "a transformers copy of the policy); use generation_backend transformers, or run synchronously")
-        if g("hw.device") in ("cpu", "mps"):
-            err("grpo.generation_backend", f"vLLM needs an NVIDIA GPU; hw.device is {g('hw.device')}. Use "
-                "generation_backend transformers")
-        elif importlib.util.find_spec("vllm") is None:
-            err("grpo.generation_backend", "vLLM is not installed in this environment; install the extra "
-                "(pip install 'rlft[vllm]') or use generation_backend transformers")
 
 
 def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
@@ -329,30 +254,6 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
             msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
             if msg:
                 problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
-
-
-def _check_baseline_mode(c: Composed, problems: list[Problem], check_files: bool) -> None:
-    """`grpo.baseline_mode`: a built-in name (did-you-mean) or `package.module:function`, found without importing
-    it, as `rlft.algos.get_baseline` imports it at train time (from the working directory or the Python path)."""
-    value = _get(c.data, "grpo.baseline_mode")
-    if c.stage != "grpo" or not isinstance(value, str) or value in GRPO_BASELINES:
-        return
-    err = lambda msg: problems.append(Problem("grpo.baseline_mode", c.layer_of("grpo.baseline_mode"), msg))  # noqa: E731
-    forms = f"one of {', '.join(GRPO_BASELINES)}, or a function as `package.module:function`"
-    module, sep, fn = value.partition(":")
-    if not sep:
-        close = difflib.get_close_matches(value, GRPO_BASELINES, n=1)
-        err(f"unknown baseline `{value}`{f'; did you mean `{close[0]}`?' if close else '.'} Expected {forms}")
-    elif not module.strip() or not fn.strip() or module.endswith(".py") or "/" in module or os.sep in module or "." in fn:
-        err(f"`{value}` is not `package.module:function` (a module importable from the working directory or the "
-            f"Python path; files and dotted attributes are not looked up); expected {forms}")
-    elif check_files:
-        from rlft.rewards.registry import check_reward_spec
-
-        msg = check_reward_spec(value.strip())
-        if msg:
-            err(msg.replace("for reward ", "for baseline ").replace("(reward ", "(baseline ")
-                .replace("; reward ", "; baseline ").replace("the config's folder, ", ""))
 
 
 def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
@@ -382,34 +283,6 @@ def _check_data(c: Composed, problems: list[Problem], trains: bool = True) -> No
         except DataError as exc:
             problems.append(Problem(key, c.layer_of(key), str(exc)))
     _check_reward_columns(c, problems)
-    if trains:
-        _check_batch_fits_data(c, problems)
-
-
-def _check_batch_fits_data(c: Composed, problems: list[Problem]) -> None:
-    """GRPO samples whole batches of grpo.batch_size prompts (TRL's sampler drops a short last batch): with
-    fewer rows than that, the run ends at step 0 having trained nothing."""
-    bs, path, cap = _get(c.data, "grpo.batch_size"), _get(c.data, "data.train"), _get(c.data, "data.max_samples")
-    if c.stage != "grpo" or _get(c.data, "env.name") or not isinstance(bs, int) or not isinstance(path, str):
-        return  # multi-turn GRPO and PPO wrap around the data
-    from rlft.data.peek import DataError, peek_columns
-
-    if path == "demo":
-        from rlft.demo import demo_prompts
-
-        rows: int | None = len(demo_prompts())
-    else:
-        try:
-            rows = peek_columns(path).num_rows
-        except DataError:
-            return  # reported by the data check
-    usable = min(rows, cap) if isinstance(rows, int) and isinstance(cap, int) else rows
-    if usable and bs > usable:
-        capped = f" (data.max_samples {cap})" if usable != rows else ""
-        problems.append(Problem("grpo.batch_size", c.layer_of("grpo.batch_size"),
-                                f"{bs} prompts per iteration, but data.train ({path}) has {usable} rows{capped}: GRPO "
-                                f"samples whole batches only, so no step would ever run; expected an integer between 1 "
-                                f"and {usable} (or more data)"))
 
 
 def looks_local(name: str) -> bool:
@@ -543,14 +416,16 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
     if c.data.get("stage", c.stage) != c.stage:
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
     c.data["stage"] = c.stage
-    _cross_field(c, problems, for_train)  # guarded by type checks, so it is safe after type errors
-    _check_baseline_mode(c, problems, check_files)
+    _cross_field(c, problems, for_train, check_files)  # guarded by type checks, so it is safe after type errors
     _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):
         if check_files:
             _check_rewards_resolve(c, problems)
             _check_env_resolve(c, problems)
             _check_data(c, problems, trains)
+            spec = STAGE_SPECS[c.stage]
+            if spec.file_checks is not None:
+                spec.file_checks(_stage_checks(c, problems, for_train, check_files, trains))
             _check_model_path(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]

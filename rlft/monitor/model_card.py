@@ -5,6 +5,7 @@ nothing about the stage, data or rewards."""
 from __future__ import annotations
 
 from rlft.config.schema import RlftConfig
+from rlft.config.stages import get_spec
 
 
 def model_card(cfg: RlftConfig, steps: int) -> str:
@@ -32,12 +33,9 @@ def model_card(cfg: RlftConfig, steps: int) -> str:
     if cfg.rewards:
         rewards = ", ".join(f"`{r.name or r.fn}` x {r.weight:g}" for r in cfg.rewards)
         lines.append(f"- Rewards: {rewards}")
-    if cfg.stage == "grpo":
-        g = cfg.grpo
-        lines.append(f"- GRPO: {g.batch_size} prompts x {g.group_size} completions per generation, baseline "
-                     f"`{g.baseline_mode}`, KL coefficient {g.kl_penalty_coef:g} ({g.kl_penalty_mode})")
-    elif cfg.stage in ("dpo", "orpo"):
-        lines.append(f"- {cfg.stage.upper()}: beta {getattr(cfg, cfg.stage).beta:g}")
+    spec = get_spec(cfg.stage)
+    if spec.model_card is not None:
+        lines += spec.model_card(cfg)
     lines += ["", "The run folder's `config.yaml` holds every setting with the layer that set it; `metrics.jsonl` "
               "the per-step metrics.", ""]
     if adapter:

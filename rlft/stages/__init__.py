@@ -1,16 +1,13 @@
-"""Stage runners, looked up through each stage's StageSpec (rlft.config.stages): the runner is an
-import path, so the CLI loads only the stage it runs."""
+"""The stages, one folder each: `rlft/stages/<name>/spec.py` (what the stage is: its section, checks and
+metrics; no torch) and `runner.py` (its recipe). Shared recipe parts sit beside them (prompt_data,
+preference, sampled_sft, decide, samples_log, trl_config).
+
+This package imports nothing at load: `rlft.config.stages` imports each folder's spec by name, and a
+runner is imported only when its stage runs."""
 
 from __future__ import annotations
 
 import importlib
-
-from rlft.config.stages import SPECS, STAGES, StageSpec, get_spec
-
-RUNNERS: dict[str, str] = {name: spec.runner for name, spec in SPECS.items() if spec.runner}
-EXPERIMENTAL = {name for name, spec in SPECS.items() if spec.experimental}
-
-__all__ = ["EXPERIMENTAL", "RUNNERS", "SPECS", "STAGES", "StageNotBuilt", "StageSpec", "get_runner", "get_spec"]
 
 
 class StageNotBuilt(Exception):
@@ -19,9 +16,11 @@ class StageNotBuilt(Exception):
 
 def get_runner(stage: str):
     """The `run(cfg, composed, opts)` function of a stage, or StageNotBuilt with a clear message."""
+    from rlft.config.stages import SPECS, STAGES, get_spec
+
     target = get_spec(stage).runner
     if target is None:
-        built = ", ".join(s for s in STAGES if s in RUNNERS)
+        built = ", ".join(s for s in STAGES if SPECS[s].runner)
         raise StageNotBuilt(f"stage `{stage}` is not built yet in this version of rlft (stages that train: {built}). "
                             f"`rlft validate-config --stage {stage}` already checks its config.")
     module, _, fn = target.partition(":")

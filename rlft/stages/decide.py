@@ -10,7 +10,8 @@ import statistics
 import torch
 
 from rlft.algos import awr_advantages, awr_metrics, awr_weights, keep_mask
-from rlft.config.schema import AWRConfig, RSSFTConfig
+from rlft.stages.awr.spec import AWRConfig
+from rlft.stages.rs_sft.spec import RSSFTConfig
 from rlft.run import RunError
 
 

@@ -14,10 +14,6 @@ from rlft.monitor.report.graphs import SECTIONS, health_marks, version_changes
 from rlft.monitor.report.load import RunData
 
 MAX_LOG_CHARS = 4000
-NO_COMPLETIONS = {
-    "dpo": "DPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
-    "orpo": "ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
-}
 
 
 def _asset(name: str) -> str:
@@ -67,8 +63,11 @@ def completions_data(run: RunData) -> dict | None:
 
 
 def _no_completions_reason(run: RunData) -> str:
-    if run.stage in NO_COMPLETIONS:
-        return NO_COMPLETIONS[run.stage]
+    from rlft.config.stages import SPECS
+
+    spec = SPECS.get(run.stage) if isinstance(run.stage, str) else None
+    if spec is not None and spec.report_note:  # a stage that samples nothing says so
+        return spec.report_note
     return (f"this {run.stage} run wrote no completions.jsonl (monitor.log_completions may be 0, or the run "
             f"stopped before its first step)")
 

@@ -11,7 +11,8 @@ The reference is the frozen model DPO measures its implicit reward against. With
 from __future__ import annotations
 
 from rlft.config.compose import Composed
-from rlft.config.schema import DPOConfig, RlftConfig
+from rlft.config.schema import RlftConfig
+from rlft.stages.dpo.spec import DPOConfig
 from rlft.run import RunOptions
 
 

@@ -8,7 +8,8 @@ trainer settings -> train -> final adapter + value_head.safetensors.
 from __future__ import annotations
 
 from rlft.config.compose import Composed
-from rlft.config.render import episodes_to_updates, ppo_schedule
+from rlft.stages.ppo.spec import episodes_to_updates
+from rlft.stages.ppo.spec import schedule as ppo_schedule
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 

@@ -1,0 +1,34 @@
+"""ORPO: preference tuning with an odds-ratio term on the SFT loss and no reference model, through TRL's
+experimental ORPOTrainer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlft.config.fields import F
+from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, StageSpec
+
+
+@dataclass
+class ORPOConfig:
+    beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
+    max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
+    max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
+
+
+def model_card(cfg) -> list[str]:
+    return [f"- ORPO: beta {cfg.orpo.beta:g}"]
+
+
+SPEC = StageSpec(
+    name="orpo", section="orpo", runner="rlft.stages.orpo.runner:run", order=4,
+    section_cls=ORPOConfig, section_help="ORPO stage.", section_order=2,
+    trl_config="trl.experimental.orpo.orpo_config:ORPOConfig",
+    trl_modeled=(("beta", "orpo.beta"), ("max_length", "orpo.max_length")),  # max_prompt_length: rlft's own
+    data_columns=PREFERENCE_COLUMNS,
+    metrics=(*PREFERENCE_METRICS, "log_odds_ratio", *TRAIN_METRICS),
+    console=("loss", "rewards/accuracies", "log_odds_ratio"),
+    experimental=True,  # wraps trl.experimental
+    model_card=model_card,
+    report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
+)

@@ -1,0 +1,109 @@
+"""PPO: rlft's own trainer (TRL 1.x has none) with a value head on the policy, GAE, clipped policy and value
+losses, a KL penalty in the per-token reward and an adaptive controller; single-turn or multi-turn episodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlft.config.fields import F, AsyncConfig
+from rlft.config.names import KL_PENALTIES
+from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, StageChecks, StageSpec, is_number
+
+
+@dataclass
+class PPOConfig:
+    batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
+    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
+    ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
+    clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
+    cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
+    vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
+    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
+    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=list(KL_PENALTIES))
+    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
+    adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
+    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
+    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
+    gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
+    lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
+    num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
+    log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
+    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
+    save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
+    temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
+    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the policy samples the next updates' episodes while the learner trains.", factory=AsyncConfig)
+
+
+def section_checks(c: StageChecks) -> None:
+    pb, pm = c.get("ppo.batch_size"), c.get("ppo.mini_batch_size")
+    if isinstance(pb, int) and isinstance(pm, int) and pm and pb % pm:
+        c.error("ppo.mini_batch_size", f"ppo.mini_batch_size ({pm}) must divide ppo.batch_size ({pb})")
+
+
+def checks(c: StageChecks) -> None:
+    g = c.get
+    pb, pm, ga = g("ppo.batch_size"), g("ppo.mini_batch_size"), g("train.gradient_accumulation_steps")
+    if isinstance(pb, int) and isinstance(pm, int) and pm and not pb % pm and isinstance(ga, int):
+        step = pm * ga
+        if step < pb and pb % step:
+            c.error("train.gradient_accumulation_steps", f"one PPO optimizer step covers ppo.mini_batch_size x "
+                    f"train.gradient_accumulation_steps = {step} episodes, which must divide ppo.batch_size ({pb})")
+    nproc = g("hw.num_processes")
+    if isinstance(nproc, int) and nproc > 1 and isinstance(pb, int) and isinstance(pm, int) \
+            and (pb % nproc or pm % nproc):
+        c.error("hw.num_processes", f"ppo.batch_size ({pb}) and ppo.mini_batch_size ({pm}) must be divisible by "
+                f"hw.num_processes ({nproc}): each process takes an equal share of both")
+    if isinstance(g("train.max_steps"), int) and g("train.max_steps") > 0:
+        c.warning("train.max_steps", "has no effect on PPO, which counts episodes: set ppo.num_episodes "
+                  "(updates = num_episodes / ppo.batch_size)")
+    if g("ppo.value_model") == "separate":
+        c.error("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
+                "(a value head on the policy's backbone)")
+    if g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
+        c.error("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is "
+                "not supported (generation and the value head on sharded weights are not built); use --hw ddp")
+    if is_number(g("ppo.init_kl_coef")) and g("ppo.init_kl_coef") > 0 and g("model.ref") in (None, "none", ""):
+        c.error("ppo.init_kl_coef", "ppo.init_kl_coef > 0 needs a reference model: set model.ref to `base` (the model "
+                "without the adapter) or a checkpoint path")
+
+
+def episodes_to_updates(episodes: int, batch_size: int) -> int:
+    """PPO's *_interval keys count episodes; the loop counts updates of batch_size episodes (at least 1)."""
+    return max(1, round(episodes / batch_size))
+
+
+def total_updates(cfg) -> int:
+    return -(-cfg.ppo.num_episodes // cfg.ppo.batch_size)
+
+
+def schedule(cfg) -> str:
+    """PPO counts episodes: how num_episodes and the *_interval keys become updates and optimizer steps."""
+    p, ga = cfg.ppo, cfg.train.gradient_accumulation_steps
+    updates = total_updates(cfg)
+    conv = "; ".join(f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} "
+                     f"update(s)" for name in ("log_interval", "eval_interval", "save_interval"))
+    per_epoch = p.batch_size // p.mini_batch_size
+    per_step = max(1, min(ga, per_epoch))
+    steps = p.ppo_epochs * -(-per_epoch // per_step)
+    return (f"# ppo schedule: {p.num_episodes} episodes / batch_size {p.batch_size} = {updates} updates (a metrics "
+            f"and checkpoint step is one update); {conv}; each update = {p.ppo_epochs} epoch(s) x {per_epoch} "
+            f"minibatch(es) of {p.mini_batch_size} episodes, an optimizer step every {per_step} minibatch(es) = "
+            f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
+
+
+SPEC = StageSpec(
+    name="ppo", section="ppo", runner="rlft.stages.ppo.runner:run", order=2,
+    section_cls=PPOConfig, section_help="PPO stage.", section_order=5,
+    data_columns=("data.prompt_column",),
+    samples=True, uses_reference=True, uses_env=True, reloads_rewards=True,
+    metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
+             "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
+             "completion_length", "episodes", *TRAIN_METRICS),
+    console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
+    health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
+    resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
+    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule,
+)

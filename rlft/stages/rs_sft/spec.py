@@ -1,0 +1,46 @@
+"""RS-SFT: rejection-sampling fine-tuning (expert iteration): sample, keep the best by reward, SFT on them,
+in rounds; the loop is shared with AWR (rlft.stages.sampled_sft)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlft.config.fields import F
+from rlft.config.names import KEEP_RULES
+from rlft.config.stagespec import TRAIN_METRICS, StageSpec
+
+
+@dataclass
+class RSSFTConfig:
+    num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
+    reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
+    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
+    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
+    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
+    top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
+    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
+
+
+def explain(cfg) -> list[str]:
+    from rlft.config.render import sampled_sft_schedule
+
+    s = cfg.rs_sft
+    what = ("keeps " + ("each prompt's best sample" if s.keep == "best" else "every sample")
+            + f" with total reward > {s.reward_threshold} (at most {s.max_samples})")
+    return [sampled_sft_schedule(cfg, what)]
+
+
+SPEC = StageSpec(
+    name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run", order=5,
+    section_cls=RSSFTConfig, section_help="Rejection-sampling SFT stage.", section_order=3,
+    trl_config="trl.trainer.sft_config:SFTConfig",
+    trl_modeled=(("max_length", "train.max_seq_length"),),
+    samples=True,
+    metrics=("round", "sampled_reward_mean", "sampled_reward_std", "kept_fraction", "kept_count", "loss",
+             *TRAIN_METRICS),
+    console=("round", "sampled_reward_mean", "kept_fraction", "loss"),
+    resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
+    explain=explain,
+)
