@@ -492,6 +492,7 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
     """Print each stage's resolved config with the layer of every key and what its reference is."""
     from rlft.config.init_from import describe_reference
     from rlft.config.render import render_yaml
+    from rlft.config.stages import SPECS
 
     pipe, checked = _load_pipeline(path, overrides, hw)
     for i, (entry, cfg, composed, _) in enumerate(checked):
@@ -531,7 +532,6 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
         check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after
         code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
     except ConfigError as exc:
-    from rlft.config.stages import SPECS
         _print_problems(exc.problems)
         raise typer.Exit(2)
     except RunError as exc:
