@@ -109,6 +109,7 @@ def validate_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[L
     """Check a config without importing torch: every problem at once, exit 2 if any."""
     hw = _auto_hw(hw)
     cfg, composed = _load(stage, hw, config, overrides)
+    _memory_warning(cfg, composed, hw)
     rewards = ", ".join(r.name or r.fn for r in cfg.rewards) or "none"
     adapter = f"LoRA r={cfg.lora.r} alpha={cfg.lora.lora_alpha}" if cfg.lora.enabled else "full fine-tuning"
     precision = "bf16" if cfg.train.bf16 else "fp16" if cfg.train.fp16 else "fp32"
@@ -135,6 +136,44 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
             typer.echo(note)
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "
                    f"{describe_reference(cfg.model.ref, cfg.model.init_from, cfg.model.init_mode)}")
+
+
+def _memory_warning(cfg, composed, hw: str) -> None:
+    """validate-config names a planned peak above the device's memory (silent without the model's config.json)."""
+    from rlft.plan import plan_for
+    from rlft.plan.model_shape import ShapeError
+
+    try:
+        plan = plan_for(cfg, hw)
+    except ShapeError:
+        return
+    if plan.fits is False:
+        from rlft.plan.advise import dominant
+
+        top = ", ".join(f"{name} {share:.0%}" for name, share in dominant(plan))
+        _print_problems([Problem("hw.device_memory_gb", composed.layer_of("hw.device_memory_gb"),
+                                 f"planned peak {plan.peak / 2**30:.1f} GiB per device does not fit in "
+                                 f"{plan.device_bytes / 2**30:.1f} GiB ({top}); `rlft plan` with the same "
+                                 f"arguments shows every term and what to change first", level="warning")])
+
+
+@app.command("plan")
+def plan_cmd(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
+             overrides: Optional[List[str]] = OVERRIDES_ARG,
+             json_out: bool = typer.Option(False, "--json", help="One JSON object: peak_gb, terms, device_gb, fits.")) -> None:
+    """Plan the peak memory per device, term by term, from the config and the model's config.json (no torch)."""
+    from rlft.plan import plan_for
+    from rlft.plan.model_shape import ShapeError
+    from rlft.plan.render import report
+
+    hw = _auto_hw(hw)
+    cfg, composed = _load(stage, hw, config, overrides)
+    try:
+        plan = plan_for(cfg, hw)
+    except ShapeError as exc:
+        _err(f"error: model.name_or_path ({composed.layer_of('model.name_or_path')}): {exc}")
+        raise typer.Exit(2)
+    typer.echo(report(cfg, plan, json_out))
 
 
 @app.command("list")

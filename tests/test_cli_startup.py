@@ -39,6 +39,8 @@ def imported_modules(stderr: str) -> set[str]:
     ["list"],
     ["pipeline", "validate", "configs/examples/pipeline_demo.yaml"],
     ["pipeline", "show", "configs/examples/pipeline_demo.yaml"],
+    ["plan", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml"],
+    ["plan", "--stage", "ppo", "--hw", "a100", "--json"],
 ])
 def test_config_commands_import_no_heavy_library(args):
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlft.cli", *args],

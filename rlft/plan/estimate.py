@@ -1,0 +1,307 @@
+"""A resolved config + a model shape -> the memory terms of one device, grouped into phases, and the peak.
+
+The peak is the terms held for the whole run (`always`) plus the largest phase: sampling (KV cache, the
+sampling logits), PPO's scoring pass, or training (activations, logits, gradients). With async or streaming
+sampling the sampler runs while the learner trains, so those two phases add up. On CPU every phase adds
+up: glibc keeps what a phase freed in the process (RSS does not fall back between phases), and the
+`allocator` term adds what it holds beyond the live tensors.
+
+Sequence terms use the config's limits (a GRPO prompt is planned at train.max_seq_length - grpo.max_tokens
+tokens): batches of shorter prompts use less.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from rlft.config.schema import RlftConfig
+from rlft.plan import terms as T
+from rlft.plan.model_shape import ModelShape
+
+# TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
+TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
+PLAIN_REF = (None, "", "base", "none", "init")  # model.ref values that name no checkpoint of their own
+
+
+@dataclass
+class Plan:
+    stage: str
+    hw: str
+    device: str
+    world: int
+    precision: str
+    shape: ModelShape
+    terms: list[T.Term]
+    overlap: bool
+    device_bytes: float | None
+    device_source: str
+    notes: list[str] = field(default_factory=list)
+    adds: tuple[str, ...] = ()  # phases held at once (summed); the others count by the largest
+
+    def phase_bytes(self, phase: str) -> float:
+        return sum(t.bytes for t in self.terms if t.phase == phase)
+
+    @property
+    def persistent(self) -> float:
+        return self.phase_bytes(T.ALWAYS)
+
+    @property
+    def phases(self) -> dict[str, float]:
+        return {p: self.phase_bytes(p) for p in (T.SAMPLING, T.SCORING, T.TRAINING)
+                if any(t.phase == p for t in self.terms)}
+
+    @property
+    def peak_phase(self) -> str:
+        phases = self.phases
+        rest = {p: b for p, b in phases.items() if p not in self.adds}
+        held = [p for p in phases if p in self.adds] + ([max(rest, key=rest.get)] if rest else [])
+        return " + ".join(held) or T.ALWAYS
+
+    @property
+    def peak(self) -> float:
+        phases = self.phases
+        rest = [b for p, b in phases.items() if p not in self.adds]
+        return self.persistent + sum(b for p, b in phases.items() if p in self.adds) + max(rest, default=0)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.device_bytes is None else self.peak <= self.device_bytes
+
+    def term(self, name: str) -> T.Term | None:
+        return next((t for t in self.terms if t.name == name), None)
+
+
+def machine_memory() -> float | None:
+    """This machine's RAM in bytes (the CPU profile's device memory)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_memory(cfg: RlftConfig) -> tuple[float | None, str]:
+    """(bytes of one device, where the figure comes from)."""
+    gb = cfg.hw.device_memory_gb
+    if gb is not None:
+        return gb * T.GIB, "hw.device_memory_gb"
+    if cfg.hw.device in ("cpu", "mps"):
+        mem = machine_memory()
+        return mem, "this machine's RAM (hw.device_memory_gb unset)"
+    return None, "unknown: set hw.device_memory_gb"
+
+
+@dataclass(frozen=True)
+class Precision:
+    weight_b: int    # frozen weights (and the residual stream) as loaded
+    compute_b: int   # matmul outputs: the autocast dtype under bf16/fp16
+    train_b: int     # trained parameters, their gradients and AdamW states
+    name: str
+
+
+def precision(cfg: RlftConfig) -> Precision:
+    t = cfg.train
+    dtype = cfg.model.torch_dtype
+    # rlft.models.weights.torch_dtype: `auto` loads bf16 under bf16 training, else fp32
+    weight_b = 2 if dtype in ("bfloat16", "float16") or (dtype == "auto" and t.bf16) else 4
+    compute_b = 2 if (t.bf16 or t.fp16) else weight_b
+    train_b = 4 if cfg.lora.enabled else weight_b  # PEFT keeps adapters in fp32
+    return Precision(weight_b, compute_b, train_b, "bf16" if t.bf16 else "fp16" if t.fp16 else "fp32")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one device holds at once, per stage: the training micro-batch and the sampling batch."""
+    train_rows: int
+    train_seq: int
+    scored: int          # tokens per row whose log-probs are taken (the completion)
+    sample_rows: int = 0
+    prompt: int = 0      # prompt tokens while sampling
+    completion: int = 0  # sampled tokens
+    fused_head: bool = True
+    what: str = ""
+
+
+def _grpo_micro(cfg: RlftConfig, world: int) -> int:
+    from rlft.run import RunError
+    from rlft.stages.grpo.runner import grpo_batch_layout
+
+    try:
+        return grpo_batch_layout(cfg, world)["per_device_train_batch_size"]
+    except (RunError, ValueError, ZeroDivisionError):
+        return max(1, min(cfg.train.per_device_train_batch_size, cfg.grpo.batch_size * cfg.grpo.group_size // world))
+
+
+def workload(cfg: RlftConfig, world: int) -> Workload:
+    t, stage = cfg.train, cfg.stage
+    if stage == "grpo":
+        g = cfg.grpo
+        prompt = max(1, t.max_seq_length - g.max_tokens)
+        rows = max(1, g.batch_size * g.group_size // world)
+        micro = _grpo_micro(cfg, world)
+        return Workload(micro, prompt + g.max_tokens, g.max_tokens, rows, prompt, g.max_tokens,
+                        what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in "
+                             f"micro-batches of {micro}")
+    if stage == "ppo":
+        p = cfg.ppo
+        prompt = max(1, t.max_seq_length - p.max_tokens)
+        rows = max(1, p.batch_size // world)
+        mini = max(1, min(p.mini_batch_size // world, rows))
+        return Workload(mini, prompt + p.max_tokens, p.max_tokens, rows, prompt, p.max_tokens, fused_head=False,
+                        what=f"{rows} episodes per update, minibatches of {mini}")
+    if stage in ("dpo", "orpo"):
+        s = getattr(cfg, stage)
+        seq = min(s.max_length, t.max_seq_length)
+        rows = 2 * t.per_device_train_batch_size
+        return Workload(rows, seq, seq - 1, fused_head=stage == "dpo",
+                        what=f"{t.per_device_train_batch_size} pairs = {rows} rows (chosen + rejected) of {seq} tokens")
+    s = getattr(cfg, stage)  # rs_sft, awr: sample, then SFT on the kept samples
+    n = s.num_samples_per_prompt
+    rows = max(1, s.generation_batch_size // n) * n
+    prompt = max(1, t.max_seq_length - s.max_tokens)
+    return Workload(t.per_device_train_batch_size, t.max_seq_length, t.max_seq_length - 1, rows, prompt, s.max_tokens,
+                    what=f"{rows} completions per generate call, SFT micro-batches of {t.per_device_train_batch_size}")
+
+
+def _reference(cfg: RlftConfig, shape: ModelShape, pr: Precision, shard: int) -> T.Term:
+    stage, ref, lora = cfg.stage, cfg.model.ref, cfg.lora.enabled
+    uses = {"grpo": cfg.grpo.kl_penalty_coef > 0, "ppo": cfg.ppo.init_kl_coef > 0 or ref not in PLAIN_REF,
+            "dpo": True}.get(stage, False)
+    n = shape.num_params()
+    if not uses:
+        return T.reference(n, pr.weight_b, False, f"{stage} uses no reference here" +
+                           (" (KL coefficient 0)" if stage in ("grpo", "ppo") else ""))
+    if ref not in PLAIN_REF:
+        return T.reference(n, pr.weight_b, True, f"model.ref checkpoint {ref}", shard)
+    if cfg.model.init_from and not (ref == "init" and lora and cfg.model.init_mode == "merge") and \
+            not (ref == "base" and cfg.model.init_mode == "continue"):
+        return T.reference(n, pr.weight_b, True, f"the {ref} model of model.init_from, loaded again", shard)
+    if lora:
+        return T.reference(n, pr.weight_b, False, "LoRA: the reference is the policy with its adapter disabled")
+    copies = stage == "dpo" or (stage == "grpo" and cfg.grpo.kl_penalty_mode == "loss")
+    return T.reference(n, pr.weight_b, copies, "full fine-tuning: a frozen copy of the starting model" if copies else
+                       "full fine-tuning without a reference copy (rlft measures no KL here)", shard)
+
+
+def sharding(cfg: RlftConfig, world: int) -> tuple[int, int, int, str]:
+    """(weights, gradients, optimizer) divided over how many ranks, and a one-line description."""
+    hw = cfg.hw
+    if hw.distributed_strategy == "fsdp":
+        s = hw.fsdp_sharding_strategy
+        w = {"FULL_SHARD": world, "SHARD_GRAD_OP": 1, "HYBRID_SHARD": hw.num_processes, "NO_SHARD": 1}[s]
+        g = {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": hw.num_processes, "NO_SHARD": 1}[s]
+        return w, g, g, f"FSDP {s} over {world} ranks"
+    if hw.distributed_strategy == "deepspeed":
+        z = hw.deepspeed_zero_stage or 0
+        return (world if z >= 3 else 1), (world if z >= 2 else 1), (world if z >= 1 else 1), \
+            f"DeepSpeed ZeRO-{z} over {world} ranks"
+    if hw.distributed_strategy == "ddp":
+        return 1, 1, 1, f"DDP over {world} ranks (full replica per rank)"
+    return 1, 1, 1, "one process" if world == 1 else f"{world} processes"
+
+
+def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = None, device_source: str = "",
+              hw: str = "") -> Plan:
+    if device_bytes is None and not device_source:
+        device_bytes, device_source = device_memory(cfg)
+    world = cfg.hw.num_processes * cfg.hw.num_machines
+    pr = precision(cfg)
+    w = workload(cfg, world)
+    cuda = cfg.hw.device == "cuda"
+    sw, sg, so, how = sharding(cfg, world)
+    offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
+    notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
+             f"batch: {w.what}"]
+    n_all = shape.num_params()
+    out: list[T.Term] = [T.runtime(cfg.hw.device), T.weights(n_all, pr.weight_b, sw)]
+
+    # trainable parameters
+    if cfg.lora.enabled:
+        n_train, mats, adapted, missing = shape.lora(list(cfg.lora.target_modules), cfg.lora.r)
+        if missing:
+            notes.append(f"lora.target_modules not in a {shape.model_type or 'this'} layer, not counted: {', '.join(missing)}")
+        out.append(T.lora_params(n_train, cfg.lora.r, adapted, shape.num_layers, pr.train_b, sw))
+    else:
+        n_train, mats, adapted = n_all, shape.matrices(), []
+    out.append(T.gradients(n_train, pr.train_b, sg))
+    out.append(T.optimizer_state(cfg.train.optim, n_train, pr.train_b, mats, so))
+    if offload:  # FSDP keeps these in CPU memory and gathers one layer at a time onto the device
+        out = [T.Term(t.name, 0, t.phase, f"offloaded to CPU (hw.fsdp_offload_params): {t.formula}")
+               if t.name in ("weights", "lora", "gradients", "optimizer") else t for t in out]
+    deepspeed = cfg.hw.distributed_strategy == "deepspeed"
+    out.append(T.master_copies(n_train, pr.train_b, pr.compute_b, deepspeed, so))
+
+    # activations of one training micro-batch
+    per_layer = T.layer_activation_bytes(
+        shape.hidden_size, shape.q_dim, shape.kv_dim, shape.num_heads, shape.intermediate_size, pr.compute_b,
+        pr.weight_b, lora_r={m: cfg.lora.r for m in adapted}, full=not cfg.lora.enabled,
+        autocast=cfg.train.bf16 or cfg.train.fp16, dropout=cfg.lora.enabled and cfg.lora.lora_dropout > 0,
+        mask_b=1 if cuda else 4, experts_per_token=shape.experts_per_token)
+    tokens = w.train_rows * w.train_seq
+    # on CUDA the fused head scores only the completion tokens; without Triton it scores every position
+    scored = w.train_rows * (w.scored if cuda else w.train_seq - 1)
+    head_tokens = scored if w.fused_head else tokens
+    out.append(T.activations(tokens, shape.num_layers, per_layer, pr.weight_b, shape.hidden_size,
+                             cfg.train.gradient_checkpointing, head_tokens, pr.compute_b))
+    head_trains = not cfg.lora.enabled
+    if w.fused_head:
+        out.append(T.fused_head(scored, shape.vocab_size, shape.hidden_size, pr.compute_b, cuda, head_trains))
+    elif cfg.stage == "ppo":  # rlft's PPO: fp32 log_softmax of the scored positions, entropy's log_softmax and exp
+        out.append(T.full_logits(w.train_rows, w.train_seq, w.scored, shape.vocab_size, pr.compute_b, 5,
+                                 what="PPO loss: "))
+    else:  # TRL's ORPO: whole logits, and the chosen half's cross-entropy in fp32
+        out.append(T.full_logits(w.train_rows, w.train_seq, w.train_seq, shape.vocab_size, pr.compute_b, 1,
+                                 what="ORPO: "))
+
+    # sampling
+    vllm = cfg.stage == "grpo" and cfg.grpo.generation_backend == "vllm"
+    if vllm:
+        util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))
+        out.append(T.vllm_share(util, device_bytes, cfg.grpo.vllm_mode))
+        notes.append("vLLM samples within its own share (its KV cache and weights), not in this process's tensors")
+    elif w.sample_rows:
+        seq = w.prompt + w.completion
+        out.append(T.kv_cache(shape.num_layers, shape.kv_dim, w.sample_rows, seq, pr.weight_b))
+        out.append(T.sampling_logits(w.sample_rows, shape.vocab_size))
+        out.append(T.prefill(w.sample_rows, w.prompt, shape.hidden_size, shape.intermediate_size, pr.weight_b))
+        if sw > 1 and not offload:
+            out.append(T.gathered_for_generation(n_all, pr.weight_b, sw))
+
+    if cfg.stage == "ppo":  # the rollout's no-grad passes over the whole local batch, full logits kept
+        p = cfg.ppo
+        ref_used = p.init_kl_coef > 0 or cfg.model.ref not in PLAIN_REF
+        copies = 2 + (2 if ref_used else 0) + (2 if p.kl_penalty == "full" and ref_used else 0)
+        seq = w.prompt + w.completion
+        out.append(T.full_logits(w.sample_rows, seq, w.completion, shape.vocab_size, pr.compute_b, copies,
+                                 name="rollout_logits", phase=T.SCORING,
+                                 what="behaviour" + (" and reference" if ref_used else "") + " log-probs: "))
+        out.append(T.Term("rollout_hidden", (shape.num_layers + 1) * w.sample_rows * seq * shape.hidden_size *
+                          pr.compute_b, T.SCORING, f"output_hidden_states: ({shape.num_layers} + 1) x {w.sample_rows} "
+                          f"rows x {seq} x H {shape.hidden_size} x {pr.compute_b} B"))
+        out.append(T.value_head(shape.hidden_size, w.sample_rows, seq))
+
+    out.append(_reference(cfg, shape, pr, sw))
+    if cfg.hw.distributed_strategy == "ddp" and world > 1:
+        out.append(T.ddp_buckets(n_train, pr.train_b))
+    if sw > 1 or offload:
+        layer = (n_all - shape.vocab_size * shape.hidden_size * (1 if shape.tied_embeddings else 2)) // shape.num_layers
+        out.append(T.fsdp_gather(layer, pr.weight_b))
+
+    overlap = False
+    if cfg.stage == "grpo" and (cfg.grpo.async_.max_steps_off_policy or cfg.grpo.stream_minibatch.num_minibatches):
+        overlap = True
+    if cfg.stage == "ppo" and cfg.ppo.async_.max_steps_off_policy:
+        overlap = True
+    if overlap:
+        out.append(T.sampler_copy(n_all, pr.weight_b, n_train if cfg.lora.enabled else 0, pr.train_b))
+        notes.append("async/streaming: the sampler copy samples while the learner trains (both phases at once)")
+    if cfg.env.name and cfg.stage in ("grpo", "ppo"):
+        notes.append(f"episodes (env.name): sequences planned at train.max_seq_length {cfg.train.max_seq_length}")
+    notes.append("attention planned as SDPA/flash (no seq x seq scores kept); sequences at the config's limits")
+    adds: tuple[str, ...] = (T.SAMPLING, T.TRAINING) if overlap else ()
+    if cfg.hw.device == "cpu":
+        adds = (T.SAMPLING, T.SCORING, T.TRAINING)
+        phases = sum(t.bytes for t in out if t.phase != T.ALWAYS)
+        out.append(T.allocator(phases))
+    return Plan(cfg.stage, hw or cfg.hw.name, cfg.hw.device, world, pr.name, shape, out, overlap, device_bytes,
+                device_source, notes, adds)

@@ -1,0 +1,214 @@
+"""`rlft plan`: the memory formulas on hand-computed cases, the plan of whole configs, the levers, and the
+command (text, --json, a missing config.json, validate-config's warning)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from rlft.config import load_config
+from rlft.plan import terms as T
+from rlft.plan.advise import levers, with_overrides
+from rlft.plan.estimate import make_plan
+from rlft.plan.model_shape import ShapeError, load_shape, shape_from_config
+
+GIB = 2 ** 30
+# Llama-2-7B's config.json (the fields that shape it): 6,738,415,616 parameters, the figure Meta publishes
+LLAMA2_7B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+             "tie_word_embeddings": False}
+# SmolLM2-135M-Instruct's: grouped-query attention (9 heads, 3 kv heads), tied embeddings
+SMOLLM2 = {"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+           "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+           "tie_word_embeddings": True}
+ALL7 = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def test_parameter_count_of_llama2_7b():
+    s = shape_from_config(LLAMA2_7B)
+    # embeddings + LM head: 2 x 32000 x 4096 = 262,144,000
+    # per layer: q, k, v, o 4 x 4096^2 = 67,108,864; MLP 3 x 4096 x 11008 = 135,266,304; 2 norms 8,192
+    # 32 layers x 202,383,360 = 6,476,267,520; final norm 4,096
+    assert s.num_params() == 262_144_000 + 32 * 202_383_360 + 4096 == 6_738_415_616
+
+
+def test_parameter_and_lora_count_of_smollm2():
+    s = shape_from_config(SMOLLM2)
+    # tied embeddings 49152 x 576 = 28,311,552; per layer q 576 x 576 + k, v 2 x 576 x 192 + o 576 x 576
+    # + MLP 3 x 576 x 1536 + norms 2 x 576 = 3,540,096; 30 layers; final norm 576 (torch counts 134,515,008)
+    assert s.num_params() == 28_311_552 + 30 * 3_540_096 + 576 == 134_515_008
+    n, _, adapted, missing = s.lora(ALL7 + ["c_attn"], 16)
+    # r 16 x (in + out): q 1152, k 768, v 768, o 1152, gate 2112, up 2112, down 2112 = 10,176 x 16 = 162,816 per
+    # layer, x 30 layers (PEFT counts 4,884,480)
+    assert n == 30 * 16 * (1152 + 768 + 768 + 1152 + 3 * 2112) == 4_884_480
+    assert adapted == ALL7 and missing == ["c_attn"]
+
+
+def test_weights_gradients_optimizer_bytes():
+    # 7B in bf16: 6,738,415,616 x 2 B = 13,476,831,232 B = 12.55 GiB; over 4 FSDP ranks a quarter
+    assert T.weights(6_738_415_616, 2).bytes == 13_476_831_232
+    assert T.weights(6_738_415_616, 2, shard=4).bytes == 13_476_831_232 / 4
+    # LoRA r=16 on SmolLM2 (4,884,480 fp32 params): gradients 4 B each, AdamW 2 x 4 B each
+    assert T.gradients(4_884_480, 4).bytes == 19_537_920
+    assert T.optimizer_state("adamw_torch", 4_884_480, 4, []).bytes == 39_075_840
+    # 8-bit AdamW: 2 states x (1 B + an fp32 absmax per 256 values) = 2.03125 B per param
+    assert T.optimizer_state("paged_adamw_8bit", 1024, 4, []).bytes == 1024 * 2.03125
+    # Adafactor: a row and a column vector per matrix, a full vector per 1-d tensor: (10 + 20) + 5 values x 4 B
+    assert T.optimizer_state("adafactor", 205, 4, [(10, 20), (5, 1)]).bytes == 35 * 4
+    assert T.optimizer_state("sgd", 1000, 4, []).bytes == 0
+
+
+def test_master_copies():
+    # fp32 LoRA params under bf16 autocast: autocast's 16-bit weight cache, 2 B each
+    assert T.master_copies(1000, 4, 2, deepspeed=False).bytes == 2000
+    # HF Trainer trains bf16 weights in bf16: no fp32 master; DeepSpeed keeps one, 4 B each, sharded by ZeRO
+    assert T.master_copies(1000, 2, 2, deepspeed=False).bytes == 0
+    assert T.master_copies(1000, 2, 2, deepspeed=True, shard=4).bytes == 1000
+    assert T.master_copies(1000, 4, 4, deepspeed=False).bytes == 0
+
+
+def test_layer_activations_match_the_saved_tensors_of_smollm2():
+    s = shape_from_config(SMOLLM2)
+    lora = {m: 16 for m in ALL7}
+    # fp32, LoRA r=16 on all 7 linears, no dropout; H = q = 576, kv = 192, I = 1536, 9 heads:
+    #   norms 2 x 4 H = 4,608; attention 4 x (2 q + 2 kv) + 4 x 9 = 6,180; MLP 4 x 3 I = 18,432;
+    #   shared inputs: normed hidden twice 2 x 4 H = 4,608, MLP product 4 I = 6,144; LoRA A outputs 7 x 4 x 16 = 448
+    # = 40,420 B per token and layer; saved_tensors_hooks measured 40,505 (the rest is outside the layers)
+    per = T.layer_activation_bytes(576, s.q_dim, s.kv_dim, 9, 1536, 4, 4, lora_r=lora)
+    assert per == 4608 + 6180 + 18432 + 4608 + 6144 + 448 == 40_420
+    # with LoRA dropout on CPU each adapter keeps its own input and an fp32 noise mask instead of the shared input:
+    # 5 x (4 + 4) H + (4 + 4) q + (4 + 4) I = 23,040 + 4,608 + 12,288 for the 10,752 of shared inputs (measured 69,458)
+    drop = T.layer_activation_bytes(576, s.q_dim, s.kv_dim, 9, 1536, 4, 4, lora_r=lora, dropout=True, mask_b=4)
+    assert drop == 40_420 - 10_752 + 23_040 + 4_608 + 12_288 == 69_604
+    # bf16 weights under bf16 autocast, LoRA: PEFT's fp32 cast and autocast's bf16 copy per adapter (2 B x in)
+    bf16 = T.layer_activation_bytes(576, s.q_dim, s.kv_dim, 9, 1536, 2, 2, lora_r=lora, autocast=True)
+    # norms 4,608; attention 2 x 1,536 + 36 = 3,108; MLP 2 x 3 I = 9,216; copies 2 x (5 H + q + I) = 9,984;
+    # A outputs 7 x 2 x 16 = 224 (measured under CPU bf16 autocast: 27,608 with the layers' outside share)
+    assert bf16 == 4608 + 3108 + 9216 + 9984 + 224 == 27_140
+    # a frozen, unadapted linear keeps nothing: without down_proj's adapter its input (the product) is not kept
+    no_down = T.layer_activation_bytes(576, s.q_dim, s.kv_dim, 9, 1536, 4, 4, lora_r={m: 16 for m in ALL7[:-1]})
+    assert per - no_down == 4 * 1536 + 4 * 16
+
+
+def test_activations_with_and_without_checkpointing():
+    # 1,000 tokens, 30 layers, 40,000 B per token and layer, H 576 fp32, 500 scored tokens
+    tail = 1000 * (4 + 4) * 576 + 500 * 4 * 576
+    assert T.activations(1000, 30, 40_000, 4, 576, False, 500, 4).bytes == 1000 * 30 * 40_000 + tail
+    # checkpointing keeps each layer's input (4 B x H) and recomputes one layer in backward
+    assert T.activations(1000, 30, 40_000, 4, 576, True, 500, 4).bytes == 1000 * 30 * 4 * 576 + 1000 * 40_000 + tail
+
+
+def test_logits_kv_cache_and_sampling_terms():
+    # TRL's fused head on CPU: a 752 x 32768 tile x (4 B + 8 fp32 temporaries) + the hidden grad 752 x 576 x 4 B
+    assert T.fused_head(752, 49152, 576, 4, False, False).bytes == 752 * 32768 * 36 + 752 * 576 * 4
+    # with Triton (CUDA): one bf16 tile of at most 4096 tokens; a trained LM head adds its fp32 gradient
+    assert T.fused_head(10_000, 32000, 4096, 2, True, True).bytes == 4096 * 32000 * 2 + 10_000 * 4096 * 4 + 32000 * 4096 * 4
+    # whole logits: 8 rows x 40 x 49152 x 4 B + 5 fp32 copies of 8 x 8 scored positions x 49152
+    assert T.full_logits(8, 40, 8, 49152, 4, 5).bytes == 8 * 40 * 49152 * 4 + 5 * 8 * 8 * 49152 * 4
+    # Llama-2-7B, 8 rows of 1024 tokens in bf16: 2 x 32 layers x 4096 x 8 x 1024 x 2 B = 4 GiB
+    assert T.kv_cache(32, 4096, 8, 1024, 2).bytes == 4 * GIB
+    assert T.vllm_share(0.3, 80 * GIB, "colocate").bytes == 0.3 * 80 * GIB
+    assert T.vllm_share(0.3, 80 * GIB, "server").bytes == 0
+
+
+def _plan(stage, hw, *overrides, files=()):
+    cfg, _, _ = load_config(stage, hw, list(files), list(overrides))
+    return cfg, make_plan(cfg, load_shape(cfg.model.name_or_path, cfg.model.tiny_init_std))
+
+
+def test_plan_of_the_grpo_demo_adds_its_phases_on_cpu():
+    cfg, plan = _plan("grpo", "cpu", files=["configs/examples/grpo_demo.yaml"])
+    assert plan.shape.num_params() == 115_392  # rlft's tiny model, as `rlft.tiny` builds it
+    names = {t.name for t in plan.terms}
+    assert {"runtime", "weights", "lora", "gradients", "optimizer", "master_copies", "activations", "logits",
+            "kv_cache", "reference", "allocator"} <= names
+    assert plan.term("reference").bytes == 0  # KL coefficient 0 in the demo
+    phases = plan.phases
+    assert plan.peak == pytest.approx(plan.persistent + phases["sampling"] + phases["training"])
+    alloc = plan.term("allocator").bytes
+    assert alloc == pytest.approx((T.CPU_ALLOCATOR_FACTOR - 1) * (phases["sampling"] + phases["training"]))
+    # the KV cache: 2 x 2 layers x 64 x (2 prompts x 8 completions) x 512 tokens (train.max_seq_length) x 4 B
+    assert plan.term("kv_cache").bytes == 2 * 2 * 64 * 16 * 512 * 4
+
+
+def test_plan_on_a_gpu_takes_the_largest_phase_and_the_profile_memory():
+    _, plan = _plan("grpo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]")
+    assert plan.device_bytes == 80 * GIB and plan.fits is True
+    assert plan.peak == pytest.approx(plan.persistent + max(plan.phases.values()))
+    assert plan.term("weights").bytes == 115_392 * 2  # bf16 profile: weights load in bf16
+    assert plan.term("lora").bytes == 34_816 * 4  # adapters stay fp32
+    _, small = _plan("grpo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]", "hw.device_memory_gb=0.5")
+    assert small.fits is False
+
+
+def test_reference_and_sharding_per_strategy():
+    _, lora = _plan("dpo", "a100")
+    assert lora.term("reference").bytes == 0  # LoRA: the adapter-disabled policy
+    _, full = _plan("dpo", "a100", "lora.enabled=false")
+    assert full.term("reference").bytes == full.term("weights").bytes == 115_392 * 2
+    assert full.term("gradients").bytes == 115_392 * 2 and full.term("lora") is None
+    _, ddp = _plan("dpo", "ddp")
+    assert ddp.term("ddp_buckets").bytes == ddp.term("gradients").bytes
+    _, fsdp = _plan("dpo", "fsdp")
+    assert fsdp.term("weights").bytes == 115_392 * 2 / 4
+    assert fsdp.term("optimizer").bytes == T.optimizer_state("adamw_torch", 34_816, 4, []).bytes / 4
+    _, ppo = _plan("ppo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]")
+    assert ppo.term("value_head").bytes > 0 and ppo.term("rollout_logits").phase == T.SCORING
+
+
+def test_vllm_colocate_share():
+    cfg, _ = _plan("grpo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]")
+    # validation wants vLLM installed for this backend; the plan needs only the keys
+    cfg = with_overrides(cfg, {"grpo.generation_backend": "vllm", "trl.vllm_gpu_memory_utilization": 0.5})
+    plan = make_plan(cfg, load_shape("tiny"))
+    assert plan.term("vllm").bytes == 0.5 * 80 * GIB and plan.term("kv_cache") is None
+
+
+def test_levers_lower_the_peak_largest_saving_first():
+    cfg, plan = _plan("grpo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]",
+                      "train.per_device_train_batch_size=16")
+    found = levers(cfg, plan)
+    assert found and all(lv.peak < plan.peak for lv in found)
+    assert [lv.peak for lv in found] == sorted(lv.peak for lv in found)
+    by = {lv.what: lv for lv in found}
+    assert by["activation checkpointing"].overrides == {"train.gradient_checkpointing": True}
+    assert by["halve the micro-batch"].overrides == {"train.per_device_train_batch_size": 8}
+
+
+def test_a_missing_config_json_names_the_places_looked(tmp_path):
+    with pytest.raises(ShapeError, match="no config.json"):
+        load_shape(str(tmp_path))
+    with pytest.raises(ShapeError, match="not in the Hugging Face cache"):
+        load_shape("nobody-here/no-such-model")
+
+
+def test_cli_plan_text_and_json():
+    res = run_cli("plan", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "planned peak:" in out and "fits:" in out and "dominant:" in out and "what to change first" in out
+    assert "train.gradient_checkpointing=true" in out
+    res = run_cli("plan", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert {"peak_gb", "terms", "device_gb", "fits"} <= set(data)
+    assert data["fits"] is True and data["terms"]["runtime"] == pytest.approx(467 / 1024, abs=1e-3)
+
+
+def test_cli_plan_without_config_json_is_one_line_exit_2(tmp_path):
+    res = run_cli("plan", f"model.name_or_path={tmp_path}")
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.splitlines() if x.startswith("error")]
+    assert len(lines) == 1 and "model.name_or_path (command line)" in lines[0] and "config.json" in lines[0]
+    assert "Traceback" not in res.stderr
+
+
+def test_validate_config_warns_when_the_plan_does_not_fit():
+    args = ("validate-config", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml")
+    res = run_cli(*args, "hw.device_memory_gb=0.3")
+    assert res.returncode == 0, res.stderr
+    warning = [x for x in res.stderr.splitlines() if x.startswith("warning: hw.device_memory_gb")]
+    assert len(warning) == 1 and "planned peak 0.7 GiB per device does not fit in 0.3 GiB" in warning[0]
+    assert "hw.device_memory_gb" not in run_cli(*args).stderr  # fits: no warning
