@@ -33,7 +33,6 @@ class Plan:
     precision: str
     shape: ModelShape
     terms: list[T.Term]
-    overlap: bool
     device_bytes: float | None
     device_source: str
     notes: list[str] = field(default_factory=list)
@@ -200,22 +199,12 @@ def sharding(cfg: RlftConfig, world: int) -> tuple[int, int, int, str]:
     return 1, 1, 1, "one process" if world == 1 else f"{world} processes"
 
 
-def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = None, device_source: str = "",
-              hw: str = "") -> Plan:
-    if device_bytes is None and not device_source:
-        device_bytes, device_source = device_memory(cfg)
-    world = cfg.hw.num_processes * cfg.hw.num_machines
-    pr = precision(cfg)
-    w = workload(cfg, world)
-    cuda = cfg.hw.device == "cuda"
-    sw, sg, so, how = sharding(cfg, world)
-    offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
-    notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
-             f"batch: {w.what}"]
+def _parameter_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, world: int, notes: list[str]):
+    """Weights, LoRA, gradients, optimizer state and mixed-precision copies; (terms, trainable count, adapted
+    module names)."""
+    sw, sg, so, _ = sharding(cfg, world)
     n_all = shape.num_params()
-    out: list[T.Term] = [T.runtime(cfg.hw.device), T.weights(n_all, pr.weight_b, sw)]
-
-    # trainable parameters
+    out = [T.weights(n_all, pr.weight_b, sw)]
     if cfg.lora.enabled:
         n_train, mats, adapted, missing = shape.lora(list(cfg.lora.target_modules), cfg.lora.r)
         if missing:
@@ -225,13 +214,15 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
         n_train, mats, adapted = n_all, shape.matrices(), []
     out.append(T.gradients(n_train, pr.train_b, sg))
     out.append(T.optimizer_state(cfg.train.optim, n_train, pr.train_b, mats, so))
-    if offload:  # FSDP keeps these in CPU memory and gathers one layer at a time onto the device
-        out = [T.Term(t.name, 0, t.phase, f"offloaded to CPU (hw.fsdp_offload_params): {t.formula}")
-               if t.name in ("weights", "lora", "gradients", "optimizer") else t for t in out]
-    deepspeed = cfg.hw.distributed_strategy == "deepspeed"
-    out.append(T.master_copies(n_train, pr.train_b, pr.compute_b, deepspeed, so))
+    if cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params:  # held in CPU memory instead
+        out = [T.Term(t.name, 0, t.phase, f"offloaded to CPU (hw.fsdp_offload_params): {t.formula}") for t in out]
+    out.append(T.master_copies(n_train, pr.train_b, pr.compute_b, cfg.hw.distributed_strategy == "deepspeed", so))
+    return out, n_train, adapted
 
-    # activations of one training micro-batch
+
+def _training_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Workload, adapted: list[str]) -> list[T.Term]:
+    """Activations and logits of one training micro-batch."""
+    cuda = cfg.hw.device == "cuda"
     per_layer = T.layer_activation_bytes(
         shape.hidden_size, shape.q_dim, shape.kv_dim, shape.num_heads, shape.intermediate_size, pr.compute_b,
         pr.weight_b, lora_r={m: cfg.lora.r for m in adapted}, full=not cfg.lora.enabled,
@@ -240,22 +231,25 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
     tokens = w.train_rows * w.train_seq
     # on CUDA the fused head scores only the completion tokens; without Triton it scores every position
     scored = w.train_rows * (w.scored if cuda else w.train_seq - 1)
-    head_tokens = scored if w.fused_head else tokens
-    out.append(T.activations(tokens, shape.num_layers, per_layer, pr.weight_b, shape.hidden_size,
-                             cfg.train.gradient_checkpointing, head_tokens, pr.compute_b))
-    head_trains = not cfg.lora.enabled
+    out = [T.activations(tokens, shape.num_layers, per_layer, pr.weight_b, shape.hidden_size,
+                         cfg.train.gradient_checkpointing, scored if w.fused_head else tokens, pr.compute_b)]
     if w.fused_head:
-        out.append(T.fused_head(scored, shape.vocab_size, shape.hidden_size, pr.compute_b, cuda, head_trains))
+        out.append(T.fused_head(scored, shape.vocab_size, shape.hidden_size, pr.compute_b, cuda, not cfg.lora.enabled))
     elif cfg.stage == "ppo":  # rlft's PPO: fp32 log_softmax of the scored positions, entropy's log_softmax and exp
         out.append(T.full_logits(w.train_rows, w.train_seq, w.scored, shape.vocab_size, pr.compute_b, 5,
                                  what="PPO loss: "))
     else:  # TRL's ORPO: whole logits, and the chosen half's cross-entropy in fp32
         out.append(T.full_logits(w.train_rows, w.train_seq, w.train_seq, shape.vocab_size, pr.compute_b, 1,
                                  what="ORPO: "))
+    return out
 
-    # sampling
-    vllm = cfg.stage == "grpo" and cfg.grpo.generation_backend == "vllm"
-    if vllm:
+
+def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Workload, world: int,
+                    device_bytes: float | None, notes: list[str]) -> list[T.Term]:
+    """Sampling (KV cache, prefill, sampling logits, or a colocated vLLM's share) and PPO's rollout pass."""
+    out: list[T.Term] = []
+    sw = sharding(cfg, world)[0]
+    if cfg.stage == "grpo" and cfg.grpo.generation_backend == "vllm":
         util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))
         out.append(T.vllm_share(util, device_bytes, cfg.grpo.vllm_mode))
         notes.append("vLLM samples within its own share (its KV cache and weights), not in this process's tensors")
@@ -264,9 +258,8 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
         out.append(T.kv_cache(shape.num_layers, shape.kv_dim, w.sample_rows, seq, pr.weight_b))
         out.append(T.sampling_logits(w.sample_rows, shape.vocab_size))
         out.append(T.prefill(w.sample_rows, w.prompt, shape.hidden_size, shape.intermediate_size, pr.weight_b))
-        if sw > 1 and not offload:
-            out.append(T.gathered_for_generation(n_all, pr.weight_b, sw))
-
+        if sw > 1 and not cfg.hw.fsdp_offload_params:
+            out.append(T.gathered_for_generation(shape.num_params(), pr.weight_b, sw))
     if cfg.stage == "ppo":  # the rollout's no-grad passes over the whole local batch, full logits kept
         p = cfg.ppo
         ref_used = p.init_kl_coef > 0 or cfg.model.ref not in PLAIN_REF
@@ -279,29 +272,47 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
                           pr.compute_b, T.SCORING, f"output_hidden_states: ({shape.num_layers} + 1) x {w.sample_rows} "
                           f"rows x {seq} x H {shape.hidden_size} x {pr.compute_b} B"))
         out.append(T.value_head(shape.hidden_size, w.sample_rows, seq))
+    return out
 
-    out.append(_reference(cfg, shape, pr, sw))
+
+def samples_while_training(cfg: RlftConfig) -> bool:
+    """Async or streaming sampling: a sampler copy samples while the learner trains."""
+    if cfg.stage == "grpo":
+        return bool(cfg.grpo.async_.max_steps_off_policy or cfg.grpo.stream_minibatch.num_minibatches)
+    return cfg.stage == "ppo" and bool(cfg.ppo.async_.max_steps_off_policy)
+
+
+def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = None, device_source: str = "",
+              hw: str = "") -> Plan:
+    """Every term of one device for this config and model, and how the phases combine into the peak."""
+    if device_bytes is None and not device_source:
+        device_bytes, device_source = device_memory(cfg)
+    world = cfg.hw.num_processes * cfg.hw.num_machines
+    pr = precision(cfg)
+    w = workload(cfg, world)
+    sw, _, _, how = sharding(cfg, world)
+    offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
+    notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
+             f"batch: {w.what}"]
+    params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
+    out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),
+           *_sampling_terms(cfg, shape, pr, w, world, device_bytes, notes), _reference(cfg, shape, pr, sw)]
     if cfg.hw.distributed_strategy == "ddp" and world > 1:
         out.append(T.ddp_buckets(n_train, pr.train_b))
     if sw > 1 or offload:
-        layer = (n_all - shape.vocab_size * shape.hidden_size * (1 if shape.tied_embeddings else 2)) // shape.num_layers
+        layer = (shape.num_params() - shape.vocab_size * shape.hidden_size * (1 if shape.tied_embeddings else 2)) \
+            // shape.num_layers
         out.append(T.fsdp_gather(layer, pr.weight_b))
-
-    overlap = False
-    if cfg.stage == "grpo" and (cfg.grpo.async_.max_steps_off_policy or cfg.grpo.stream_minibatch.num_minibatches):
-        overlap = True
-    if cfg.stage == "ppo" and cfg.ppo.async_.max_steps_off_policy:
-        overlap = True
-    if overlap:
-        out.append(T.sampler_copy(n_all, pr.weight_b, n_train if cfg.lora.enabled else 0, pr.train_b))
+    adds: tuple[str, ...] = ()
+    if samples_while_training(cfg):
+        out.append(T.sampler_copy(shape.num_params(), pr.weight_b, n_train if cfg.lora.enabled else 0, pr.train_b))
         notes.append("async/streaming: the sampler copy samples while the learner trains (both phases at once)")
+        adds = (T.SAMPLING, T.TRAINING)
     if cfg.env.name and cfg.stage in ("grpo", "ppo"):
         notes.append(f"episodes (env.name): sequences planned at train.max_seq_length {cfg.train.max_seq_length}")
     notes.append("attention planned as SDPA/flash (no seq x seq scores kept); sequences at the config's limits")
-    adds: tuple[str, ...] = (T.SAMPLING, T.TRAINING) if overlap else ()
     if cfg.hw.device == "cpu":
         adds = (T.SAMPLING, T.SCORING, T.TRAINING)
-        phases = sum(t.bytes for t in out if t.phase != T.ALWAYS)
-        out.append(T.allocator(phases))
-    return Plan(cfg.stage, hw or cfg.hw.name, cfg.hw.device, world, pr.name, shape, out, overlap, device_bytes,
+        out.append(T.allocator(sum(t.bytes for t in out if t.phase != T.ALWAYS)))
+    return Plan(cfg.stage, hw or cfg.hw.name, cfg.hw.device, world, pr.name, shape, out, device_bytes,
                 device_source, notes, adds)
