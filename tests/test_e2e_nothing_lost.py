@@ -104,3 +104,24 @@ def test_pipeline_output_dir_of_user_files_is_refused(tmp_path):
     res = run_cli("pipeline", "run", pipe, "train.max_steps=1")
     assert res.returncode == 2 and "output_dir:" in res.stderr and "Traceback" not in res.stderr
     assert _snapshot(project) == kept
+
+
+def test_no_environment_value_reaches_the_run_folder_or_the_console(tmp_path):
+    """Secrets in the environment (tokens, keys) stay there: a run writes them to no file and no message,
+    and a config that asks for one with a resolver is refused without echoing it."""
+    secret = "rlft-marker-secret-5f1c9e"
+    env = {"HF_TOKEN": secret, "WANDB_API_KEY": secret, "OPENAI_API_KEY": secret, "MY_SECRET": secret}
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", ROOT / DEMO, f"train.output_dir={out}",
+                  "train.max_steps=1", "train.save_steps=1", env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert secret not in res.stdout + res.stderr
+    leaked = [str(p) for p in out.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert not leaked
+    (tmp_path / "c.yaml").write_text("train:\n  run_name: ${oc.env:MY_SECRET}\n")
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", ROOT / DEMO, "-c", tmp_path / "c.yaml",
+                  f"train.output_dir={tmp_path / 'run2'}", "train.max_steps=1", env=env)
+    assert res.returncode == 2 and secret not in res.stdout + res.stderr and not (tmp_path / "run2").exists()
+    res = run_cli("report", out, env=env)
+    assert res.returncode == 0
+    assert not [p for p in (out / "report").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
