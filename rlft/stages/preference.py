@@ -83,3 +83,27 @@ def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_pr
     extra = "".join(f"; {n}" for n in notes)
     print(f"rlft: {num_samples} preference pairs; max_length {limit} tokens{capped}, "
           f"max_prompt_length {max_prompt_length} tokens{extra}", file=sys.stderr)
+
+
+def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None) -> int:
+    """DPO's and ORPO's recipe, top to bottom: data and TRL settings (checked before anything is written) ->
+    run folder -> model + tokenizer -> TRL config -> train -> final adapter. `trl_config(cfg, output_dir,
+    composed)` builds the stage's TRL config; `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)`
+    its trainer, with `ref` from `load_reference(cfg)` (loaded before the run folder opens) or None."""
+    from rlft.runtime import RunContext, quiet_libraries
+
+    section = getattr(cfg, cfg.stage)
+    quiet_libraries(opts.verbose)
+    train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
+    trl_config(cfg, cfg.train.output_dir or ".", composed)  # likewise TRL's objections to the settings
+    with RunContext(cfg, composed, opts) as ctx:
+        from rlft.models.loading import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(cfg)
+        (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
+        ref = load_reference(cfg) if load_reference is not None else None
+        ctx.open_run()
+        args = trl_config(cfg, str(ctx.run.checkpoints), composed)
+        print_start(cfg, len(train_ds), section.max_length, section.max_prompt_length, (chat_note,))
+        trainer = make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)
+        return ctx.train(trainer, tokenizer)

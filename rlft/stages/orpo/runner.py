@@ -34,29 +34,14 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.runtime import RunContext, quiet_libraries
-    from rlft.stages.preference import apply_chat_template_setting, load_preference_data, print_start
+    from rlft.stages.preference import run_preference
 
-    quiet_libraries(opts.verbose)
-    train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
-    orpo_trl_config(cfg, cfg.train.output_dir or ".", composed)  # likewise TRL's objections to the settings
-    with RunContext(cfg, composed, opts) as ctx:
-        from rlft.models.loading import load_model_and_tokenizer, lora_config
+    def make_trainer(model, tokenizer, _ref, args, train_ds, eval_ds, ctx):
+        from rlft.models.loading import lora_config
         from rlft.trainers.orpo_compat import RlftORPOTrainer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
-        ctx.open_run()
-        args = orpo_trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), cfg.orpo.max_length, cfg.orpo.max_prompt_length, (chat_note,))
-        trainer = RlftORPOTrainer(
-            model=model,
-            args=args,
-            train_dataset=train_ds,
-            eval_dataset=eval_ds,
-            processing_class=tokenizer,
-            peft_config=lora_config(cfg, model),
-            callbacks=ctx.callbacks(),
-            max_prompt_length=cfg.orpo.max_prompt_length,
-        )
-        return ctx.train(trainer, tokenizer)
+        return RlftORPOTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                               processing_class=tokenizer, peft_config=lora_config(cfg, model),
+                               callbacks=ctx.callbacks(), max_prompt_length=cfg.orpo.max_prompt_length)
+
+    return run_preference(cfg, composed, opts, orpo_trl_config, make_trainer)
