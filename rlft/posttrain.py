@@ -139,18 +139,17 @@ def base_model_path(target: Target) -> str:
 def load_policy(target: Target, dtype: str = "float32"):
     """The trained policy (adapter on its base, or the full model) and its tokenizer, in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from rlft.models.weights import load_adapter, pretrained_causal_lm
 
     dt = getattr(torch, dtype)
     if target.is_adapter:
-        from peft import PeftModel
-
         base_path = base_model_path(target)
-        base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dt)
-        model = PeftModel.from_pretrained(base, str(target.weights))
+        model = load_adapter(pretrained_causal_lm(base_path, dt), target.weights)
         tok_path = target.weights if (target.weights / "tokenizer_config.json").is_file() else base_path
     else:
-        model = AutoModelForCausalLM.from_pretrained(str(target.weights), dtype=dt)
+        model = pretrained_causal_lm(str(target.weights), dt)
         tok_path = target.weights
     tokenizer = AutoTokenizer.from_pretrained(str(tok_path))
     if tokenizer.pad_token is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlft.config.init_from import RunConfigError, read_run_config, run_root
 from rlft.config.schema import RlftConfig
-from rlft.models.loading import ModelLoadError
+from rlft.models.weights import ModelLoadError, load_adapter, load_causal_lm
 
 log = logging.getLogger("rlft")
 
@@ -24,8 +24,6 @@ def _has_adapter(root: Path) -> bool:
 
 
 def _load_base(model_cfg: dict, cfg: RlftConfig):
-    from rlft.models.weights import load_causal_lm
-
     name = model_cfg.get("name_or_path") or cfg.model.name_or_path
     if name == "tiny":
         from rlft.tiny import ensure_tiny_model
@@ -65,12 +63,8 @@ def start_model(root: Path, cfg: RlftConfig):
 def merged_model(root: Path, cfg: RlftConfig):
     """The weights after run `root`: its start with its final adapter merged in."""
     if not _has_adapter(root):
-        from rlft.models.weights import load_causal_lm
-
         return load_causal_lm(str(root / "final"), cfg)
-    from peft import PeftModel
-
-    return PeftModel.from_pretrained(start_model(root, cfg), str(root / "final")).merge_and_unload()
+    return load_adapter(start_model(root, cfg), root / "final").merge_and_unload()
 
 
 def starts_from_base(root: Path) -> bool:
@@ -83,9 +77,7 @@ def load_initial_policy(cfg: RlftConfig):
     earlier adapter itself, trainable (`continue`)."""
     root = run_root(cfg.model.init_from)
     if cfg.model.init_mode == "continue" and _has_adapter(root):
-        from peft import PeftModel
-
-        return PeftModel.from_pretrained(start_model(root, cfg), str(root / "final"), is_trainable=True)
+        return load_adapter(start_model(root, cfg), root / "final", trainable=True)
     return merged_model(root, cfg)
 
 

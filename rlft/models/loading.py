@@ -6,12 +6,10 @@ import logging
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
-from rlft.models.weights import DTYPES, load_causal_lm, resolve_model_path, torch_dtype  # noqa: F401 - re-exported
+from rlft.models.weights import (DTYPES, ModelLoadError, load_adapter, load_causal_lm,  # noqa: F401 - re-exported
+                                 resolve_model_path, torch_dtype)
 
 log = logging.getLogger("rlft")
-
-class ModelLoadError(Exception):
-    """The model or tokenizer cannot be loaded; the message is one line naming it and the fix."""
 
 
 def _load_failure(name: str, exc: BaseException) -> ModelLoadError:
@@ -116,11 +114,9 @@ def load_adapter_model(folder: Path, cfg: RlftConfig):
     `tiny` (rlft's built-in model, which transformers does not know) is resolved here."""
     import json
 
-    from peft import PeftModel
-
     base = json.loads((Path(folder) / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if base == "tiny":
         from rlft.tiny import ensure_tiny_model
 
         base = str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
-    return PeftModel.from_pretrained(load_causal_lm(base, cfg), str(folder))
+    return load_adapter(load_causal_lm(base, cfg), folder)

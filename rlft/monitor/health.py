@@ -190,16 +190,10 @@ class HealthMonitor(TrainerCallback):
             trainer.load_weights_from(good[-1])
             source = good[-1].name
         elif good:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
+            from rlft.models.weights import load_weights_into
 
-            ckpt = good[-1]
-            adapter = ckpt / "adapter_model.safetensors"
-            if adapter.is_file():
-                set_peft_model_state_dict(model, load_file(str(adapter)))
-            else:
-                model.load_state_dict(load_file(str(ckpt / "model.safetensors")), strict=False)
-            source = ckpt.name
+            load_weights_into(model, good[-1])
+            source = good[-1].name
         elif self._initial_state is not None:
             with torch.no_grad():
                 model.load_state_dict(self._initial_state, strict=False)

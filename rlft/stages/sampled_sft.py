@@ -265,17 +265,14 @@ class SampledSFT:
         """The policy as a finished round left it: its adapter on the start model (or, without LoRA, its weights)."""
         from peft import PeftModel
 
-        if not (folder / "adapter_config.json").is_file():  # full fine-tuning saved the whole model
-            from rlft.models.loading import load_causal_lm
+        from rlft.models.weights import load_adapter, load_causal_lm, load_weights_into
 
+        if not (folder / "adapter_config.json").is_file():  # full fine-tuning saved the whole model
             return load_causal_lm(str(folder), self.cfg)
         if isinstance(model, PeftModel):  # init_from continued an earlier adapter: same adapter, newer weights
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors")))
+            load_weights_into(model, folder)
             return model
-        return PeftModel.from_pretrained(model, str(folder), is_trainable=True)
+        return load_adapter(model, folder, trainable=True)
 
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
         """(exit code, the trained model, optimizer steps of the round)."""
