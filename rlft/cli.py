@@ -28,7 +28,7 @@ EPILOG = "Exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODE
 
 app = typer.Typer(
     name="rlft",
-    help="RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR.",
+    help=f"RL fine-tuning of causal LMs from layered YAML profiles; stages (--stage): {', '.join(STAGES)}.",
     epilog=EPILOG,
     no_args_is_help=True,
     add_completion=False,
@@ -47,7 +47,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print rlft's version and exit.")) -> None:
-    """RL fine-tuning of causal LMs from layered YAML profiles: GRPO, PPO, DPO, ORPO, RS-SFT, AWR."""
+    """RL fine-tuning of causal LMs from layered YAML profiles (the stages are listed in the app's help)."""
 
 STAGE_OPT = typer.Option(DEFAULT_STAGE, "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
 HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
@@ -371,10 +371,10 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
     """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
-    from rlft.posttrain import _run_config, eval_config_file
+    from rlft.posttrain import eval_config_file, run_config
 
     tgt = _target(target, checkpoint)
-    stage = stage or _run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
+    stage = stage or run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
     files, own = list(config or []), None
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
         files = [own := eval_config_file(tgt.run_root, stage)]

@@ -10,7 +10,9 @@ stage up through `rlft.config.stages.get_spec` instead of comparing stage names:
 - `rlft.config.render` adds `explain(cfg)` to `show-config --explain`;
 - `rlft.stages.get_runner` imports `runner`; `rlft.config.trl_fields` reads `trl_config`/`trl_modeled`;
 - `rlft.monitor` reads `metrics`, `console`, `health_rules`, `model_card(cfg)` and `report_note`;
-- `rlft.runtime` reads `total_steps` and refuses a resume when a `resume_breaking` key changed.
+- `rlft.runtime` reads `total_steps` and refuses a resume when a `resume_breaking` key changed;
+- `rlft.plan` turns `memory(cfg, world)`, a `MemoryProfile` (tokens, rows and flags, no bytes), into the
+  memory terms of one device, and tries its levers; a stage without it plans as SFT (`sft_profile`).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class StageSpec:
     explain: Callable[[Any], list[str]] | None = None     # `show-config --explain` notes on the typed config
     model_card: Callable[[Any], list[str]] | None = None  # lines of final/README.md on what the stage trained
     report_note: str | None = None          # the report's completions tab when the stage samples nothing
+    memory: Callable[[Any, int], "MemoryProfile"] | None = None  # what one of `world` devices holds (rlft plan)
 
     @property
     def built(self) -> bool:
@@ -86,3 +89,128 @@ class StageSpec:
 
     def modeled(self) -> dict[str, str]:
         return dict(self.trl_modeled)
+
+
+# How a stage holds its frozen reference (`Reference.held`)
+NO_REFERENCE, ADAPTER_REFERENCE, SEPARATE_REFERENCE = "none", "adapter", "copy"
+PLAIN_REF = (None, "", "base", "none", "init")  # model.ref values that name no checkpoint of their own
+
+Lever = tuple[str, dict[str, Any]]  # (the change in words, KEY=VALUE overrides)
+
+
+@dataclass(frozen=True)
+class Reference:
+    held: str  # NO_REFERENCE, ADAPTER_REFERENCE (the policy with its adapter disabled) or SEPARATE_REFERENCE
+    why: str   # in words, for `rlft plan`'s formula column
+
+
+@dataclass(frozen=True)
+class Logits:
+    """Logits materialised whole (no fused LM head): rows x sequence x vocabulary, plus `fp32_copies` fp32
+    tensors of the `scored` positions per row; `what` heads the formula."""
+    fp32_copies: int
+    scored: int
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """What one device holds at once for a stage, in tokens and rows (`rlft.plan` turns it into bytes)."""
+    train_rows: int                  # rows of one training micro-batch
+    train_seq: int                   # tokens per training row
+    scored: int                      # tokens per row whose log-probs are taken (the completion)
+    sample_rows: int = 0             # rows sampled at once (0: the stage samples nothing)
+    prompt: int = 0                  # prompt tokens while sampling
+    completion: int = 0              # sampled tokens
+    full_logits: Logits | None = None   # the training loss's whole logits; None = TRL's fused LM head
+    scoring: Logits | None = None       # a no-grad pass over the sampled batch before training (its log-probs)
+    scoring_hidden_states: bool = False  # that pass keeps every layer's hidden states (a value head reads them)
+    value_head: bool = False         # a critic head trained beside the policy
+    reference: Reference = Reference(NO_REFERENCE, "no reference model")
+    sampler_copy: bool = False       # async/streaming: a copy of the policy samples while the learner trains
+    vllm_share: float | None = None  # vLLM samples: its gpu_memory_utilization (None: generate in this process)
+    vllm_mode: str = "colocate"      # `colocate` (the share is on this device) or `server`
+    episodes: bool = False           # multi-turn episodes against an environment (env.name)
+    what: str = ""                   # the batch in words
+    levers: tuple[Lever, ...] = ()   # the stage's own knobs that lower the peak, tried by `rlft plan`
+
+
+def reference_held(cfg: Any, uses: bool, unused: str, full_copy: bool) -> Reference:
+    """How the reference is held: `uses` = the stage measures against one in this config (else `unused` says
+    why not); `full_copy` = under full fine-tuning it loads a frozen copy of the starting model."""
+    ref, lora, m = cfg.model.ref, cfg.lora.enabled, cfg.model
+    if not uses:
+        return Reference(NO_REFERENCE, unused)
+    if ref not in PLAIN_REF:
+        return Reference(SEPARATE_REFERENCE, f"model.ref checkpoint {ref}")
+    if m.init_from and not (ref == "init" and lora and m.init_mode == "merge") and \
+            not (ref == "base" and m.init_mode == "continue"):
+        return Reference(SEPARATE_REFERENCE, f"the {ref} model of model.init_from, loaded again")
+    if lora:
+        return Reference(ADAPTER_REFERENCE, "LoRA: the reference is the policy with its adapter disabled")
+    if full_copy:
+        return Reference(SEPARATE_REFERENCE, "full fine-tuning: a frozen copy of the starting model")
+    return Reference(NO_REFERENCE, "full fine-tuning without a reference copy (rlft measures no KL here)")
+
+
+def halve_micro_batch(cfg: Any, micro: int, keep_effective: bool = True) -> list[Lever]:
+    """Half the rows per forward/backward; `keep_effective` doubles the accumulation to keep the batch."""
+    if micro < 2:
+        return []
+    over: dict[str, Any] = {"train.per_device_train_batch_size": micro // 2}
+    if keep_effective:
+        over["train.gradient_accumulation_steps"] = cfg.train.gradient_accumulation_steps * 2
+    return [("halve the micro-batch", over)]
+
+
+def fewer_sampled_rows(key: str, size: int, divisor: int = 1) -> list[Lever]:
+    """The KV cache and prefill grow with the rows sampled at once; the halved size must stay divisible."""
+    return [("sample fewer rows at once", {key: size // 2})] if size >= 2 and (size // 2) % divisor == 0 else []
+
+
+def shorter_sequences(cfg: Any, completion: int, what: str = "shorter prompts (sequence length)") -> list[Lever]:
+    """train.max_seq_length halved, keeping room for `completion` sampled tokens."""
+    shorter = max(completion + 8, cfg.train.max_seq_length // 2)
+    return [(what, {"train.max_seq_length": shorter})] if shorter < cfg.train.max_seq_length else []
+
+
+def sft_profile(cfg: Any, sample_rows: int = 0, completion: int = 0, what: str = "",
+                levers: tuple[Lever, ...] = ()) -> MemoryProfile:
+    """Supervised fine-tuning on train.max_seq_length tokens (TRL's SFTTrainer, fused LM head), after sampling
+    `sample_rows` completions of `completion` tokens at once when it samples; no reference."""
+    t = cfg.train
+    prompt = max(1, t.max_seq_length - completion) if sample_rows else 0
+    micro = t.per_device_train_batch_size
+    return MemoryProfile(
+        micro, t.max_seq_length, t.max_seq_length - 1, sample_rows, prompt, completion,
+        reference=Reference(NO_REFERENCE, f"{cfg.stage} uses no reference here"),
+        what=what or f"SFT micro-batches of {micro} rows of {t.max_seq_length} tokens",
+        levers=(*halve_micro_batch(cfg, micro), *levers,
+                *shorter_sequences(cfg, completion, "shorter prompts (sequence length)" if sample_rows else
+                                   "shorter sequences (train.max_seq_length)")))
+
+
+def sample_then_sft_profile(cfg: Any, section: str) -> MemoryProfile:
+    """RS-SFT and AWR: generate whole prompts' samples `<section>.generation_batch_size` at a time, then SFT."""
+    s = getattr(cfg, section)
+    n = s.num_samples_per_prompt
+    rows = max(1, s.generation_batch_size // n) * n
+    return sft_profile(cfg, rows, s.max_tokens,
+                       f"{rows} completions per generate call, SFT micro-batches of "
+                       f"{cfg.train.per_device_train_batch_size}",
+                       tuple(fewer_sampled_rows(f"{section}.generation_batch_size", s.generation_batch_size)))
+
+
+def preference_profile(cfg: Any, section: str, reference: Reference, full_logits: bool = False) -> MemoryProfile:
+    """DPO/ORPO: a micro-batch of train.per_device_train_batch_size pairs is twice as many rows (chosen and
+    rejected) of `<section>.max_length` tokens (capped by train.max_seq_length); `full_logits`: the loss takes
+    the whole logits and an fp32 cross-entropy of the chosen half instead of TRL's fused LM head."""
+    pairs = cfg.train.per_device_train_batch_size
+    seq = min(getattr(cfg, section).max_length, cfg.train.max_seq_length)
+    levers = [*halve_micro_batch(cfg, pairs)]
+    if seq >= 16:
+        levers.append(("halve the sequence length", {f"{section}.max_length": seq // 2}))
+    return MemoryProfile(2 * pairs, seq, seq - 1, reference=reference,
+                         full_logits=Logits(1, seq, f"{section.upper()}: ") if full_logits else None,
+                         what=f"{pairs} pairs = {2 * pairs} rows (chosen + rejected) of {seq} tokens",
+                         levers=tuple(levers))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlft.config.schema import RlftConfig, from_dict, to_dict
-from rlft.plan.estimate import TRL_VLLM_GPU_MEMORY_UTILIZATION, Plan, make_plan, workload
+from rlft.plan.estimate import Plan, make_plan, workload
 
 
 @dataclass(frozen=True)
@@ -35,56 +35,24 @@ def with_overrides(cfg: RlftConfig, overrides: dict[str, Any]) -> RlftConfig:
 
 
 def candidates(cfg: RlftConfig) -> list[tuple[str, dict[str, Any]]]:
-    """(what, overrides) for the levers that apply to this config."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    t, stage = cfg.train, cfg.stage
+    """(what, overrides) for the levers that apply to this config: the stage's own (its spec's memory profile:
+    micro-batch, rows sampled at once, sequence length, ...), then those of any stage."""
+    t = cfg.train
     world = cfg.hw.num_processes * cfg.hw.num_machines
-    micro = workload(cfg, world).train_rows // (2 if stage in ("dpo", "orpo") else 1)
-    if stage == "ppo":
-        mini = cfg.ppo.mini_batch_size
-        if mini >= 2 and cfg.ppo.batch_size % (mini // 2) == 0 and (mini // 2) % world == 0:
-            out.append(("smaller PPO minibatch (more accumulation steps)",
-                        {"ppo.mini_batch_size": mini // 2,
-                         "train.gradient_accumulation_steps": t.gradient_accumulation_steps * 2}))
-    elif micro >= 2:
-        over: dict[str, Any] = {"train.per_device_train_batch_size": micro // 2}
-        if stage != "grpo":  # GRPO's accumulation follows from its batch layout; elsewhere keep the effective batch
-            over["train.gradient_accumulation_steps"] = t.gradient_accumulation_steps * 2
-        out.append(("halve the micro-batch", over))
-    sampling = {"grpo": ("grpo.batch_size", cfg.grpo.batch_size, cfg.grpo.num_substeps),
-                "ppo": ("ppo.batch_size", cfg.ppo.batch_size, cfg.ppo.mini_batch_size),
-                "rs_sft": ("rs_sft.generation_batch_size", cfg.rs_sft.generation_batch_size, 1),
-                "awr": ("awr.generation_batch_size", cfg.awr.generation_batch_size, 1)}.get(stage)
-    if sampling:  # the KV cache and prefill grow with the rows sampled at once; the new size must stay divisible
-        key, size, divisor = sampling
-        if size >= 2 and (size // 2) % divisor == 0 and (size // 2) % (world if stage == "ppo" else 1) == 0:
-            out.append(("sample fewer rows at once", {key: size // 2}))
+    out: list[tuple[str, dict[str, Any]]] = list(workload(cfg, world).levers)
     if not t.gradient_checkpointing:
         out.append(("activation checkpointing", {"train.gradient_checkpointing": True}))
     if cfg.lora.enabled and cfg.lora.r > 4:
         r = cfg.lora.r // 2
-        over = {"lora.r": r}
+        over: dict[str, Any] = {"lora.r": r}
         if cfg.lora.lora_alpha:
             over["lora.lora_alpha"] = max(1, cfg.lora.lora_alpha // 2)
         out.append(("halve the LoRA rank", over))
     if not cfg.lora.enabled:
         out.append(("train a LoRA adapter instead of the full model", {"lora.enabled": True}))
-    if stage in ("dpo", "orpo"):
-        section = getattr(cfg, stage)
-        length = min(section.max_length, t.max_seq_length)
-        if length >= 16:
-            out.append(("halve the sequence length", {f"{stage}.max_length": length // 2}))
-    else:
-        budget = {"grpo": cfg.grpo.max_tokens, "ppo": cfg.ppo.max_tokens}.get(stage) or getattr(cfg, stage).max_tokens
-        shorter = max(budget + 8, t.max_seq_length // 2)
-        if shorter < t.max_seq_length:
-            out.append(("shorter prompts (sequence length)", {"train.max_seq_length": shorter}))
     if cfg.hw.device == "cuda" and cfg.hw.distributed_strategy in ("none", "ddp"):
         n = max(cfg.hw.num_processes, 4) if cfg.hw.num_processes == 1 else cfg.hw.num_processes
         out.append((f"FSDP over {n} GPUs", {"hw.distributed_strategy": "fsdp", "hw.num_processes": n}))
-    if stage == "grpo" and cfg.grpo.generation_backend == "vllm" and cfg.grpo.vllm_mode == "colocate":
-        util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))
-        out.append(("smaller vLLM share", {"trl.vllm_gpu_memory_utilization": round(util / 2, 3)}))
     return out
 
 

@@ -6,8 +6,10 @@ sampling the sampler runs while the learner trains, so those two phases add up. 
 up: glibc keeps what a phase freed in the process (RSS does not fall back between phases), and the
 `allocator` term adds what it holds beyond the live tensors.
 
-Sequence terms use the config's limits (a GRPO prompt is planned at train.max_seq_length - grpo.max_tokens
-tokens): batches of shorter prompts use less.
+What a stage holds (its batches in tokens and rows, reference, value head, scoring pass, sampler copy,
+vLLM share) is its spec's `memory(cfg, world)` profile (`rlft/stages/<name>/spec.py`); a stage without one
+plans as SFT on train.*. Sequence terms use the config's limits (a sampled prompt is planned at
+train.max_seq_length minus the completion budget): batches of shorter prompts use less.
 """
 
 from __future__ import annotations
@@ -16,12 +18,10 @@ import os
 from dataclasses import dataclass, field
 
 from rlft.config.schema import RlftConfig
+from rlft.config.stages import get_spec
+from rlft.config.stagespec import SEPARATE_REFERENCE, MemoryProfile, Reference, sft_profile
 from rlft.plan import terms as T
 from rlft.plan.model_shape import ModelShape
-
-# TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
-TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
-PLAIN_REF = (None, "", "base", "none", "init")  # model.ref values that name no checkpoint of their own
 
 
 @dataclass
@@ -108,78 +108,16 @@ def precision(cfg: RlftConfig) -> Precision:
     return Precision(weight_b, compute_b, train_b, "bf16" if t.bf16 else "fp16" if t.fp16 else "fp32")
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What one device holds at once, per stage: the training micro-batch and the sampling batch."""
-    train_rows: int
-    train_seq: int
-    scored: int          # tokens per row whose log-probs are taken (the completion)
-    sample_rows: int = 0
-    prompt: int = 0      # prompt tokens while sampling
-    completion: int = 0  # sampled tokens
-    fused_head: bool = True
-    what: str = ""
+def workload(cfg: RlftConfig, world: int) -> MemoryProfile:
+    """What one device holds at once: the stage's own profile, or SFT on train.* when its spec has none."""
+    spec = get_spec(cfg.stage)
+    return spec.memory(cfg, world) if spec.memory else sft_profile(cfg)
 
 
-def _grpo_micro(cfg: RlftConfig, world: int) -> int:
-    from rlft.run import RunError
-    from rlft.stages.grpo.runner import grpo_batch_layout
-
-    try:
-        return grpo_batch_layout(cfg, world)["per_device_train_batch_size"]
-    except (RunError, ValueError, ZeroDivisionError):
-        return max(1, min(cfg.train.per_device_train_batch_size, cfg.grpo.batch_size * cfg.grpo.group_size // world))
-
-
-def workload(cfg: RlftConfig, world: int) -> Workload:
-    t, stage = cfg.train, cfg.stage
-    if stage == "grpo":
-        g = cfg.grpo
-        prompt = max(1, t.max_seq_length - g.max_tokens)
-        rows = max(1, g.batch_size * g.group_size // world)
-        micro = _grpo_micro(cfg, world)
-        return Workload(micro, prompt + g.max_tokens, g.max_tokens, rows, prompt, g.max_tokens,
-                        what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in "
-                             f"micro-batches of {micro}")
-    if stage == "ppo":
-        p = cfg.ppo
-        prompt = max(1, t.max_seq_length - p.max_tokens)
-        rows = max(1, p.batch_size // world)
-        mini = max(1, min(p.mini_batch_size // world, rows))
-        return Workload(mini, prompt + p.max_tokens, p.max_tokens, rows, prompt, p.max_tokens, fused_head=False,
-                        what=f"{rows} episodes per update, minibatches of {mini}")
-    if stage in ("dpo", "orpo"):
-        s = getattr(cfg, stage)
-        seq = min(s.max_length, t.max_seq_length)
-        rows = 2 * t.per_device_train_batch_size
-        return Workload(rows, seq, seq - 1, fused_head=stage == "dpo",
-                        what=f"{t.per_device_train_batch_size} pairs = {rows} rows (chosen + rejected) of {seq} tokens")
-    s = getattr(cfg, stage)  # rs_sft, awr: sample, then SFT on the kept samples
-    n = s.num_samples_per_prompt
-    rows = max(1, s.generation_batch_size // n) * n
-    prompt = max(1, t.max_seq_length - s.max_tokens)
-    return Workload(t.per_device_train_batch_size, t.max_seq_length, t.max_seq_length - 1, rows, prompt, s.max_tokens,
-                    what=f"{rows} completions per generate call, SFT micro-batches of {t.per_device_train_batch_size}")
-
-
-def _reference(cfg: RlftConfig, shape: ModelShape, pr: Precision, shard: int) -> T.Term:
-    stage, ref, lora = cfg.stage, cfg.model.ref, cfg.lora.enabled
-    uses = {"grpo": cfg.grpo.kl_penalty_coef > 0, "ppo": cfg.ppo.init_kl_coef > 0 or ref not in PLAIN_REF,
-            "dpo": True}.get(stage, False)
-    n = shape.num_params()
-    if not uses:
-        return T.reference(n, pr.weight_b, False, f"{stage} uses no reference here" +
-                           (" (KL coefficient 0)" if stage in ("grpo", "ppo") else ""))
-    if ref not in PLAIN_REF:
-        return T.reference(n, pr.weight_b, True, f"model.ref checkpoint {ref}", shard)
-    if cfg.model.init_from and not (ref == "init" and lora and cfg.model.init_mode == "merge") and \
-            not (ref == "base" and cfg.model.init_mode == "continue"):
-        return T.reference(n, pr.weight_b, True, f"the {ref} model of model.init_from, loaded again", shard)
-    if lora:
-        return T.reference(n, pr.weight_b, False, "LoRA: the reference is the policy with its adapter disabled")
-    copies = stage == "dpo" or (stage == "grpo" and cfg.grpo.kl_penalty_mode == "loss")
-    return T.reference(n, pr.weight_b, copies, "full fine-tuning: a frozen copy of the starting model" if copies else
-                       "full fine-tuning without a reference copy (rlft measures no KL here)", shard)
+def _reference(ref: Reference, shape: ModelShape, pr: Precision, shard: int) -> T.Term:
+    if ref.held == SEPARATE_REFERENCE:
+        return T.reference(shape.num_params(), pr.weight_b, True, ref.why, shard)
+    return T.reference(shape.num_params(), pr.weight_b, False, ref.why)  # none, or the adapter-disabled policy
 
 
 def sharding(cfg: RlftConfig, world: int) -> tuple[int, int, int, str]:
@@ -220,7 +158,8 @@ def _parameter_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, world: i
     return out, n_train, adapted
 
 
-def _training_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Workload, adapted: list[str]) -> list[T.Term]:
+def _training_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: MemoryProfile,
+                    adapted: list[str]) -> list[T.Term]:
     """Activations and logits of one training micro-batch."""
     cuda = cfg.hw.device == "cuda"
     per_layer = T.layer_activation_bytes(
@@ -232,26 +171,24 @@ def _training_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Worklo
     # on CUDA the fused head scores only the completion tokens; without Triton it scores every position
     scored = w.train_rows * (w.scored if cuda else w.train_seq - 1)
     out = [T.activations(tokens, shape.num_layers, per_layer, pr.weight_b, shape.hidden_size,
-                         cfg.train.gradient_checkpointing, scored if w.fused_head else tokens, pr.compute_b)]
-    if w.fused_head:
+                         cfg.train.gradient_checkpointing, scored if w.full_logits is None else tokens, pr.compute_b)]
+    if w.full_logits is None:
         out.append(T.fused_head(scored, shape.vocab_size, shape.hidden_size, pr.compute_b, cuda, not cfg.lora.enabled))
-    elif cfg.stage == "ppo":  # rlft's PPO: fp32 log_softmax of the scored positions, entropy's log_softmax and exp
-        out.append(T.full_logits(w.train_rows, w.train_seq, w.scored, shape.vocab_size, pr.compute_b, 5,
-                                 what="PPO loss: "))
-    else:  # TRL's ORPO: whole logits, and the chosen half's cross-entropy in fp32
-        out.append(T.full_logits(w.train_rows, w.train_seq, w.train_seq, shape.vocab_size, pr.compute_b, 1,
-                                 what="ORPO: "))
+    else:  # the loss takes the whole logits, and fp32 copies of its scored positions
+        lg = w.full_logits
+        out.append(T.full_logits(w.train_rows, w.train_seq, lg.scored, shape.vocab_size, pr.compute_b, lg.fp32_copies,
+                                 what=lg.what))
     return out
 
 
-def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Workload, world: int,
+def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: MemoryProfile, world: int,
                     device_bytes: float | None, notes: list[str]) -> list[T.Term]:
-    """Sampling (KV cache, prefill, sampling logits, or a colocated vLLM's share) and PPO's rollout pass."""
+    """Sampling (KV cache, prefill, sampling logits, or a colocated vLLM's share) and a scoring pass over the
+    sampled batch (its log-probs, hidden states and values)."""
     out: list[T.Term] = []
     sw = sharding(cfg, world)[0]
-    if cfg.stage == "grpo" and cfg.grpo.generation_backend == "vllm":
-        util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))
-        out.append(T.vllm_share(util, device_bytes, cfg.grpo.vllm_mode))
+    if w.vllm_share is not None:
+        out.append(T.vllm_share(w.vllm_share, device_bytes, w.vllm_mode))
         notes.append("vLLM samples within its own share (its KV cache and weights), not in this process's tensors")
     elif w.sample_rows:
         seq = w.prompt + w.completion
@@ -260,26 +197,17 @@ def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Worklo
         out.append(T.prefill(w.sample_rows, w.prompt, shape.hidden_size, shape.intermediate_size, pr.weight_b))
         if sw > 1 and not cfg.hw.fsdp_offload_params:
             out.append(T.gathered_for_generation(shape.num_params(), pr.weight_b, sw))
-    if cfg.stage == "ppo":  # the rollout's no-grad passes over the whole local batch, full logits kept
-        p = cfg.ppo
-        ref_used = p.init_kl_coef > 0 or cfg.model.ref not in PLAIN_REF
-        copies = 2 + (2 if ref_used else 0) + (2 if p.kl_penalty == "full" and ref_used else 0)
-        seq = w.prompt + w.completion
-        out.append(T.full_logits(w.sample_rows, seq, w.completion, shape.vocab_size, pr.compute_b, copies,
-                                 name="rollout_logits", phase=T.SCORING,
-                                 what="behaviour" + (" and reference" if ref_used else "") + " log-probs: "))
+    seq = w.prompt + w.completion
+    if w.scoring is not None:  # no-grad passes over the whole local batch, full logits kept
+        out.append(T.full_logits(w.sample_rows, seq, w.scoring.scored, shape.vocab_size, pr.compute_b,
+                                 w.scoring.fp32_copies, name="rollout_logits", phase=T.SCORING, what=w.scoring.what))
+    if w.scoring_hidden_states:
         out.append(T.Term("rollout_hidden", (shape.num_layers + 1) * w.sample_rows * seq * shape.hidden_size *
                           pr.compute_b, T.SCORING, f"output_hidden_states: ({shape.num_layers} + 1) x {w.sample_rows} "
                           f"rows x {seq} x H {shape.hidden_size} x {pr.compute_b} B"))
+    if w.value_head:
         out.append(T.value_head(shape.hidden_size, w.sample_rows, seq))
     return out
-
-
-def samples_while_training(cfg: RlftConfig) -> bool:
-    """Async or streaming sampling: a sampler copy samples while the learner trains."""
-    if cfg.stage == "grpo":
-        return bool(cfg.grpo.async_.max_steps_off_policy or cfg.grpo.stream_minibatch.num_minibatches)
-    return cfg.stage == "ppo" and bool(cfg.ppo.async_.max_steps_off_policy)
 
 
 def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = None, device_source: str = "",
@@ -296,7 +224,7 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
              f"batch: {w.what}"]
     params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
     out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),
-           *_sampling_terms(cfg, shape, pr, w, world, device_bytes, notes), _reference(cfg, shape, pr, sw)]
+           *_sampling_terms(cfg, shape, pr, w, world, device_bytes, notes), _reference(w.reference, shape, pr, sw)]
     if cfg.hw.distributed_strategy == "ddp" and world > 1:
         out.append(T.ddp_buckets(n_train, pr.train_b))
     if sw > 1 or offload:
@@ -304,11 +232,11 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
             // shape.num_layers
         out.append(T.fsdp_gather(layer, pr.weight_b))
     adds: tuple[str, ...] = ()
-    if samples_while_training(cfg):
+    if w.sampler_copy:  # async/streaming
         out.append(T.sampler_copy(shape.num_params(), pr.weight_b, n_train if cfg.lora.enabled else 0, pr.train_b))
         notes.append("async/streaming: the sampler copy samples while the learner trains (both phases at once)")
         adds = (T.SAMPLING, T.TRAINING)
-    if cfg.env.name and cfg.stage in ("grpo", "ppo"):
+    if w.episodes:
         notes.append(f"episodes (env.name): sequences planned at train.max_seq_length {cfg.train.max_seq_length}")
     notes.append("attention planned as SDPA/flash (no seq x seq scores kept); sequences at the config's limits")
     if cfg.hw.device == "cpu":

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rlft.config.fields import F
 from rlft.config.names import AWR_BASELINES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, StageChecks, StageSpec
+from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, StageChecks, StageSpec, sample_then_sft_profile
 
 
 @dataclass
@@ -39,6 +39,10 @@ def explain(cfg) -> list[str]:
                                       f"advantage), {a.clip_advantage})")]
 
 
+def memory(cfg, world: int):
+    return sample_then_sft_profile(cfg, "awr")
+
+
 SPEC = StageSpec(
     name="awr", section="awr", runner="rlft.stages.awr.runner:run", order=6,
     section_cls=AWRConfig, section_help="Advantage-weighted regression stage.", section_order=4,
@@ -50,5 +54,5 @@ SPEC = StageSpec(
     console=("round", "sampled_reward_mean", "ess", "loss"),
     health_rules=(*BASE_HEALTH, "awr_ess"),
     resume_breaking=("awr.num_samples_per_prompt", "awr.rounds"),
-    checks=checks, explain=explain,
+    checks=checks, explain=explain, memory=memory,
 )

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlft.config.fields import F
-from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, StageChecks, StageSpec, \
-    is_number
+from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, MemoryProfile, \
+    StageChecks, StageSpec, is_number, preference_profile, reference_held
 
 
 @dataclass
@@ -33,6 +33,12 @@ def model_card(cfg) -> list[str]:
     return [f"- DPO: beta {cfg.dpo.beta:g}"]
 
 
+def memory(cfg, world: int) -> MemoryProfile:
+    """TRL's DPOTrainer: fused LM head; the reference is always measured against (a frozen copy under full
+    fine-tuning)."""
+    return preference_profile(cfg, "dpo", reference_held(cfg, True, "", full_copy=True))
+
+
 SPEC = StageSpec(
     name="dpo", section="dpo", runner="rlft.stages.dpo.runner:run", order=3,
     section_cls=DPOConfig, section_help="DPO stage.", section_order=1,
@@ -42,6 +48,6 @@ SPEC = StageSpec(
     data_columns=PREFERENCE_COLUMNS, uses_reference=True,
     metrics=(*PREFERENCE_METRICS, *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "rewards/margins"),
-    checks=checks, model_card=model_card,
+    checks=checks, model_card=model_card, memory=memory,
     report_note="DPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
 )

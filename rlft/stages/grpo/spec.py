@@ -8,7 +8,11 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig
 from rlft.config.names import GRPO_BASELINES, POLICY_LOSSES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, StageChecks, StageSpec, is_number
+from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, MemoryProfile, StageChecks, StageSpec, \
+    fewer_sampled_rows, halve_micro_batch, is_number, reference_held, shorter_sequences
+
+# TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
+TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
 
 
 @dataclass
@@ -204,6 +208,40 @@ def model_card(cfg) -> list[str]:
             f"`{g.baseline_mode}`, KL coefficient {g.kl_penalty_coef:g} ({g.kl_penalty_mode})"]
 
 
+def micro_batch(cfg, world: int) -> int:
+    """Completions per training forward/backward on one of `world` processes, as the runner lays them out."""
+    from rlft.run import RunError
+    from rlft.stages.grpo.runner import grpo_batch_layout  # pure arithmetic; the runner raises RunError
+
+    try:
+        return grpo_batch_layout(cfg, world)["per_device_train_batch_size"]
+    except (RunError, ValueError, ZeroDivisionError):
+        return max(1, min(cfg.train.per_device_train_batch_size, cfg.grpo.batch_size * cfg.grpo.group_size // world))
+
+
+def memory(cfg, world: int) -> MemoryProfile:
+    """One generation of batch_size x group_size completions sampled at once (a prompt planned at
+    train.max_seq_length - max_tokens), trained in micro-batches of the runner's layout."""
+    g, t = cfg.grpo, cfg.train
+    prompt = max(1, t.max_seq_length - g.max_tokens)
+    micro = micro_batch(cfg, world)
+    vllm = g.generation_backend == "vllm"
+    util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))
+    levers = [*halve_micro_batch(cfg, micro, keep_effective=False),  # accumulation follows from the layout
+              *fewer_sampled_rows("grpo.batch_size", g.batch_size, g.num_substeps),
+              *shorter_sequences(cfg, g.max_tokens)]
+    if vllm and g.vllm_mode == "colocate":
+        levers.append(("smaller vLLM share", {"trl.vllm_gpu_memory_utilization": round(util / 2, 3)}))
+    return MemoryProfile(
+        micro, prompt + g.max_tokens, g.max_tokens, max(1, g.batch_size * g.group_size // world), prompt, g.max_tokens,
+        reference=reference_held(cfg, g.kl_penalty_coef > 0, "grpo uses no reference here (KL coefficient 0)",
+                                 full_copy=g.kl_penalty_mode == "loss"),
+        sampler_copy=bool(g.async_.max_steps_off_policy or g.stream_minibatch.num_minibatches),
+        vllm_share=util if vllm else None, vllm_mode=g.vllm_mode, episodes=bool(cfg.env.name),
+        what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in micro-batches of {micro}",
+        levers=tuple(levers))
+
+
 SPEC = StageSpec(
     name="grpo", section="grpo", runner="rlft.stages.grpo.runner:run", order=1,
     section_cls=GRPOConfig, section_help="GRPO stage and rlft's group-advantage / KL hooks.", section_order=6,
@@ -221,4 +259,5 @@ SPEC = StageSpec(
                   "sampler_learner_mismatch"),
     resume_breaking=("grpo.group_size", "grpo.batch_size", "grpo.num_substeps"),
     checks=checks, section_checks=section_checks, file_checks=file_checks, explain=explain, model_card=model_card,
+    memory=memory,
 )

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlft.config.fields import F
-from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, StageSpec
+from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, \
+    MemoryProfile, Reference, StageSpec, preference_profile
 
 
 @dataclass
@@ -20,6 +21,11 @@ def model_card(cfg) -> list[str]:
     return [f"- ORPO: beta {cfg.orpo.beta:g}"]
 
 
+def memory(cfg, world: int) -> MemoryProfile:
+    """TRL's ORPOTrainer: whole logits (no fused LM head), and no reference model."""
+    return preference_profile(cfg, "orpo", Reference(NO_REFERENCE, "orpo uses no reference here"), full_logits=True)
+
+
 SPEC = StageSpec(
     name="orpo", section="orpo", runner="rlft.stages.orpo.runner:run", order=4,
     section_cls=ORPOConfig, section_help="ORPO stage.", section_order=2,
@@ -29,6 +35,6 @@ SPEC = StageSpec(
     metrics=(*PREFERENCE_METRICS, "log_odds_ratio", *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "log_odds_ratio"),
     experimental=True,  # wraps trl.experimental
-    model_card=model_card,
+    model_card=model_card, memory=memory,
     report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
 )

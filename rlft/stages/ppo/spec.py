@@ -3,11 +3,13 @@ losses, a KL penalty in the per-token reward and an adaptive controller; single-
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlft.config.fields import F, AsyncConfig
 from rlft.config.names import KL_PENALTIES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, StageChecks, StageSpec, is_number
+from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits, MemoryProfile, StageChecks, \
+    StageSpec, fewer_sampled_rows, is_number, reference_held, shorter_sequences
 
 
 @dataclass
@@ -94,6 +96,35 @@ def schedule(cfg) -> str:
             f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
 
 
+def memory(cfg, world: int) -> MemoryProfile:
+    """rlft's PPO: an update's episodes sampled at once, scored in one no-grad pass (behaviour and reference
+    log-probs, values from the hidden states), trained in minibatches with the whole logits (fp32 log_softmax
+    of the scored positions, and entropy's log_softmax and exp)."""
+    p, t = cfg.ppo, cfg.train
+    prompt = max(1, t.max_seq_length - p.max_tokens)
+    rows = max(1, p.batch_size // world)
+    mini = max(1, min(p.mini_batch_size // world, rows))
+    ref_used = p.init_kl_coef > 0 or cfg.model.ref not in PLAIN_REF
+    copies = 2 + (2 if ref_used else 0) + (2 if p.kl_penalty == "full" and ref_used else 0)
+    half = p.mini_batch_size // 2
+    levers = []
+    if half >= 1 and p.batch_size % half == 0 and half % world == 0:
+        levers.append(("smaller PPO minibatch (more accumulation steps)",
+                       {"ppo.mini_batch_size": half,
+                        "train.gradient_accumulation_steps": t.gradient_accumulation_steps * 2}))
+    # each process takes an equal share of whole minibatches
+    levers += fewer_sampled_rows("ppo.batch_size", p.batch_size, math.lcm(p.mini_batch_size, world))
+    levers += shorter_sequences(cfg, p.max_tokens)
+    return MemoryProfile(
+        mini, prompt + p.max_tokens, p.max_tokens, rows, prompt, p.max_tokens,
+        full_logits=Logits(5, p.max_tokens, "PPO loss: "),
+        scoring=Logits(copies, p.max_tokens, "behaviour" + (" and reference" if ref_used else "") + " log-probs: "),
+        scoring_hidden_states=True, value_head=True,
+        reference=reference_held(cfg, ref_used, "ppo uses no reference here (KL coefficient 0)", full_copy=False),
+        sampler_copy=bool(p.async_.max_steps_off_policy), episodes=bool(cfg.env.name),
+        what=f"{rows} episodes per update, minibatches of {mini}", levers=tuple(levers))
+
+
 SPEC = StageSpec(
     name="ppo", section="ppo", runner="rlft.stages.ppo.runner:run", order=2,
     section_cls=PPOConfig, section_help="PPO stage.", section_order=5,
@@ -105,5 +136,5 @@ SPEC = StageSpec(
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
-    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule,
+    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule, memory=memory,
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rlft.config.fields import F
 from rlft.config.names import KEEP_RULES
-from rlft.config.stagespec import TRAIN_METRICS, StageSpec
+from rlft.config.stagespec import TRAIN_METRICS, StageSpec, sample_then_sft_profile
 
 
 @dataclass
@@ -32,6 +32,10 @@ def explain(cfg) -> list[str]:
     return [sampled_sft_schedule(cfg, what)]
 
 
+def memory(cfg, world: int):
+    return sample_then_sft_profile(cfg, "rs_sft")
+
+
 SPEC = StageSpec(
     name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run", order=5,
     section_cls=RSSFTConfig, section_help="Rejection-sampling SFT stage.", section_order=3,
@@ -42,5 +46,5 @@ SPEC = StageSpec(
              *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "kept_fraction", "loss"),
     resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
-    explain=explain,
+    explain=explain, memory=memory,
 )
