@@ -371,10 +371,10 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
     """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
-    from rlft.posttrain import _run_config, eval_config_file
+    from rlft.posttrain import eval_config_file, run_config
 
     tgt = _target(target, checkpoint)
-    stage = stage or _run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
+    stage = stage or run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
     files, own = list(config or []), None
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
         files = [own := eval_config_file(tgt.run_root, stage)]

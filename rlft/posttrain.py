@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, checkpoint_step
+from rlft.run_config import RunConfigError, read_run_config
 
 
 @dataclass
@@ -58,31 +59,26 @@ def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
     else:
         raise RunError(f"{path}: neither a PEFT adapter (adapter_config.json) nor a transformers model (config.json)")
     step = checkpoint_step(path) if path.parent.name == "checkpoints" else None
-    _run_config(run_root)  # a damaged config.yaml: one line now, not a traceback after loading the model
+    run_config(run_root)  # a damaged config.yaml: one line now, not a traceback after loading the model
     return Target(weights=path, is_adapter=adapter, run_root=run_root, step=step)
 
 
-def _run_config(run_root: Path | None) -> dict:
+def run_config(run_root: Path | None) -> dict:
     """The run's config.yaml ({} without one); a RunError naming the file when it is not the settings a run writes."""
     if run_root is None or not (run_root / "config.yaml").is_file():
         return {}
-    import yaml
-
-    path = run_root / "config.yaml"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RunError(f"{path} is damaged: not readable YAML ({why}); restore it, or pass the adapter or "
-                       f"checkpoint folder itself") from None
-    data = data or {}
-    wrong = ("the whole file" if not isinstance(data, dict) else
-             next((k for k, kind in (("stage", str), ("model", dict), ("data", dict), ("rewards", list),
-                                     ("train", dict), ("lora", dict)) if data.get(k) is not None
-                   and not isinstance(data[k], kind)), None))
+        data = read_run_config(run_root)
+    except RunConfigError as exc:
+        what = f"not readable YAML ({exc.why})" if exc.found is None else "the whole file is not what rlft writes there"
+        raise RunError(f"{exc.path} is damaged: {what}; restore it, or pass the adapter or checkpoint folder itself") \
+            from None
+    wrong = next((k for k, kind in (("stage", str), ("model", dict), ("data", dict), ("rewards", list),
+                                    ("train", dict), ("lora", dict)) if data.get(k) is not None
+                  and not isinstance(data[k], kind)), None)
     if wrong:
-        raise RunError(f"{path} is damaged: {wrong} is not what rlft writes there; restore it, or pass the adapter "
-                       f"or checkpoint folder itself")
+        raise RunError(f"{run_root / 'config.yaml'} is damaged: {wrong} is not what rlft writes there; restore it, or "
+                       f"pass the adapter or checkpoint folder itself")
     return data
 
 
@@ -93,7 +89,7 @@ def eval_config_file(run_root: Path, stage: str) -> Path:
 
     from rlft.config.stages import SPECS
 
-    data = _run_config(run_root)
+    data = run_config(run_root)
     keep = {"model", "data", "rewards", "train", "lora", SPECS[stage].section if stage in SPECS else stage}
     path = run_root / ".rlft-eval-config.yaml"
     path.write_text(yaml.safe_dump({k: v for k, v in data.items() if k in keep}, sort_keys=False))
@@ -102,7 +98,7 @@ def eval_config_file(run_root: Path, stage: str) -> Path:
 
 def run_model_name(run_root: Path | None) -> str | None:
     """`model.name_or_path` as the run's config.yaml states it (as the user gave it)."""
-    name = (_run_config(run_root).get("model") or {}).get("name_or_path")
+    name = (run_config(run_root).get("model") or {}).get("name_or_path")
     return name if isinstance(name, str) else None
 
 
@@ -128,7 +124,7 @@ def base_model_path(target: Target) -> str:
         if not name or not isinstance(name, str):
             continue
         if name == "tiny":
-            std = (_run_config(target.run_root).get("model") or {}).get("tiny_init_std")
+            std = (run_config(target.run_root).get("model") or {}).get("tiny_init_std")
             return str(ensure_tiny_model(**({"init_std": std} if std is not None else {})))
         if Path(name).exists() or not name.startswith(("/", ".")):
             return name

@@ -29,6 +29,7 @@ from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig, config_key
 from rlft.folders import MARKER, encloses_cwd, mark, read_marker, write_marker
+from rlft.run_config import RunConfigError, read_run_config
 
 LOCK_NAME = ".rlft.lock"
 RUN_KIND = "run"
@@ -401,15 +402,11 @@ RESUME_FREE = ("train.output_dir", "train.max_steps", "train.save_steps", "train
 
 
 def saved_config(root: Path) -> dict | None:
-    """A run folder's config.yaml as a dict (None when missing or unreadable)."""
-    import yaml
-
-    path = Path(root) / "config.yaml"
+    """A run folder's config.yaml as a dict (None when missing, empty or unreadable)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        return read_run_config(root, empty_ok=False)
+    except RunConfigError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object]]:

@@ -19,6 +19,7 @@ from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.run import (COMPLETE_MARKER, RunDir, RunError, RunOptions, check_run_dir, checkpoint_step, config_changes,
                       prepare_run_dir, resume_command, saved_config)
+from rlft.run_config import RunConfigError, read_run_config
 
 log = logging.getLogger("rlft")
 RLFT_STATE = "rlft_state.json"
@@ -473,22 +474,15 @@ class RunContext:
     def _saved_config(self) -> dict | None:
         """The run's config.yaml (None when there is none); a RunError when it cannot be read as settings:
         resuming unchecked could continue checkpoints with settings they were not trained with."""
-        import yaml
-
-        path = self.run.config
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
-            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            data, problem = None, f"is not readable YAML ({why})"
-        else:
-            problem = None if isinstance(data, dict) else f"holds {_json_kind(data)}, not the run's settings"
-        if problem:
-            raise RunError(f"cannot resume: {path} {problem}. It records the settings the checkpoints were trained "
-                           f"with: restore it, or delete it to resume with the current settings unchecked")
-        return data
+            return read_run_config(self.run.root, empty_ok=False)
+        except RunConfigError as exc:
+            if exc.missing:
+                return None
+            problem = f"is not readable YAML ({exc.why})" if exc.found is None else \
+                f"holds {exc.found}, not the run's settings"
+            raise RunError(f"cannot resume: {exc.path} {problem}. It records the settings the checkpoints were trained "
+                           f"with: restore it, or delete it to resume with the current settings unchecked") from None
 
     def _check_config(self) -> None:
         """Resume with the config the run started with: list every changed key; refuse shape-changing ones,

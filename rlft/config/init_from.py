@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
+from rlft.run_config import RunConfigError, value_kind  # noqa: F401 - RunConfigError re-exported
+from rlft.run_config import read_run_config as read_settings
 
 
 def run_root(path: str | Path) -> Path:
@@ -28,23 +28,13 @@ def is_finished(root: Path) -> bool:
     return (final / "adapter_config.json").is_file() or (final / "config.json").is_file()
 
 
-class RunConfigError(ValueError):
-    """An earlier run's config.yaml cannot be read as the settings rlft writes there (the message says why)."""
-
-
 def read_run_config(root: Path) -> dict:
     """The resolved config an earlier run saved (plain values; the provenance comments are YAML comments);
     RunConfigError when it is not readable YAML, not a mapping, or its `model` section is not one."""
-    try:
-        data = yaml.safe_load((root / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError) as exc:  # UnicodeDecodeError is a ValueError
-        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RunConfigError(f"cannot read {root / 'config.yaml'}: {why}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not isinstance(data.get("model", {}), dict):
-        raise RunConfigError(f"{root / 'config.yaml'} is damaged: "
-                             f"{'its model section is' if isinstance(data, dict) else 'it is'} not a mapping")
+    data = read_settings(root)
+    if not isinstance(data.get("model", {}), dict):
+        raise RunConfigError(f"{root / 'config.yaml'} is damaged: its model section is not a mapping",
+                             root / "config.yaml", found=value_kind(data["model"]))
     return data
 
 
