@@ -20,4 +20,23 @@ def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=N
 
 @dataclass
 class AsyncConfig:
-    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: a sampler copy of the policy runs up to this many training iterations (GRPO) or updates (PPO) ahead of the learner, with weights at most that old; an older batch is dropped (counted) and re-sampled. The loss corrects for the lag with the sampler's log-probs (importance sampling; PPO clips against the learner and weights by pi_learner / pi_sampler). Start below 5. null = synchronous.", ge=1, le=64)
+    max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: a sampler copy of the policy runs up to "
+                                                  "this many training iterations (GRPO) or updates (PPO) ahead of the "
+                                                  "learner, with weights at most that old; an older batch is dropped "
+                                                  "(counted) and re-sampled. The loss corrects for the lag with the "
+                                                  "sampler's log-probs (importance sampling; PPO clips against the "
+                                                  "learner and weights by pi_learner / pi_sampler). Start below 5. "
+                                                  "null = synchronous.", ge=1, le=64)
+
+
+# The sampling keys every sampling stage's section has, one definition each.
+def temperature_field(default: float, help: str = "Sampling temperature.") -> Any:
+    return F(default, help, gt=0, le=5)
+
+
+def top_p_field(default: float = 1.0) -> Any:
+    return F(default, "Nucleus sampling threshold.", gt=0, le=1)
+
+
+def max_tokens_field(default: int = 256) -> Any:
+    return F(default, "Longest sampled completion in tokens.", ge=1)

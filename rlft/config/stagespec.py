@@ -25,6 +25,9 @@ BASE_HEALTH = ("loss_nan", "grad_norm")
 TRAIN_METRICS = ("grad_norm", "learning_rate")
 PREFERENCE_METRICS = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins")
 PREFERENCE_COLUMNS = ("data.prompt_column", "data.chosen_column", "data.rejected_column")
+SAMPLED_SFT_METRICS = ("round", "sampled_reward_mean", "sampled_reward_std")  # RS-SFT / AWR: each round's samples
+SFT_TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"   # RS-SFT / AWR train with TRL's SFT config
+SFT_TRL_MODELED = (("max_length", "train.max_seq_length"),)
 
 
 @dataclass(frozen=True)
@@ -190,15 +193,16 @@ def sft_profile(cfg: Any, sample_rows: int = 0, completion: int = 0, what: str =
                                    "shorter sequences (train.max_seq_length)")))
 
 
-def sample_then_sft_profile(cfg: Any, section: str) -> MemoryProfile:
-    """RS-SFT and AWR: generate whole prompts' samples `<section>.generation_batch_size` at a time, then SFT."""
-    s = getattr(cfg, section)
+def sample_then_sft_profile(cfg: Any, world: int = 1) -> MemoryProfile:
+    """RS-SFT and AWR (a `memory` hook): generate whole prompts' samples `<section>.generation_batch_size` at a
+    time, then SFT (the section is named after the stage)."""
+    s = getattr(cfg, cfg.stage)
     n = s.num_samples_per_prompt
     rows = max(1, s.generation_batch_size // n) * n
     return sft_profile(cfg, rows, s.max_tokens,
                        f"{rows} completions per generate call, SFT micro-batches of "
                        f"{cfg.train.per_device_train_batch_size}",
-                       tuple(fewer_sampled_rows(f"{section}.generation_batch_size", s.generation_batch_size)))
+                       tuple(fewer_sampled_rows(f"{cfg.stage}.generation_batch_size", s.generation_batch_size)))
 
 
 def preference_profile(cfg: Any, section: str, reference: Reference, full_logits: bool = False) -> MemoryProfile:

@@ -13,10 +13,12 @@ from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_
 @dataclass
 class DPOConfig:
     beta: float = F(0.1, "Preference strength / implicit KL coefficient (0.01-0.5).", gt=0, le=5)
-    label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting); the label-flip probability with loss_type robust.", ge=0, lt=0.5)
+    label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting); the label-flip "
+                                    "probability with loss_type robust.", ge=0, lt=0.5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
-    loss_type: str = F("sigmoid", "DPO loss variant (TRL `loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
+    loss_type: str = F("sigmoid", "DPO loss variant (TRL "
+                                  "`loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
 
 
 def checks(c: StageChecks) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from rlft.config.fields import F, AsyncConfig
+from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import GRPO_BASELINES, POLICY_LOSSES
 from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, MemoryProfile, StageChecks, StageSpec, \
     fewer_sampled_rows, halve_micro_batch, is_number, reference_held, shorter_sequences
@@ -17,8 +17,13 @@ TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
 
 @dataclass
 class StreamMinibatchConfig:
-    groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: grpo.batch_size (null = grpo.batch_size; another value is refused).", ge=1)
-    num_minibatches: Optional[int] = F(None, "Streaming: forward/backward passes per optimizer substep, each on whole groups as soon as they are sampled, with their advantages and KL computed per minibatch; training starts on the first while the rest are sampled. Still on-policy. null = off.", ge=1, le=64)
+    groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: "
+                                              "grpo.batch_size (null = grpo.batch_size; another value is "
+                                              "refused).", ge=1)
+    num_minibatches: Optional[int] = F(None, "Streaming: forward/backward passes per optimizer substep, each on whole "
+                                             "groups as soon as they are sampled, with their advantages and KL "
+                                             "computed per minibatch; training starts on the first while the rest are "
+                                             "sampled. Still on-policy. null = off.", ge=1, le=64)
 
 
 @dataclass
@@ -27,24 +32,34 @@ class GRPOConfig:
     batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
     num_substeps: int = F(1, "Minibatches per iteration, one optimizer step each; must divide batch_size.", ge=1, le=64)
     ppo_epochs: int = F(1, "Passes over each generated batch (TRL num_iterations).", ge=1, le=16)
-    baseline_mode: str = F("group_mean", f"Advantage baseline: {', '.join(GRPO_BASELINES)}, or a function as `package.module:function` (importable from the working directory or the Python path).")
+    baseline_mode: str = F("group_mean", f"Advantage baseline: {', '.join(GRPO_BASELINES)}, or a function as "
+                                         "`package.module:function` (importable from the working directory or the "
+                                         "Python path).")
     remove_constant_reward_groups: bool = F(False, "Drop groups whose rewards are all equal (no gradient signal).")
     kl_penalty_coef: float = F(0.0, "KL-to-reference coefficient (0 = off; 0.01-0.1 typical).", ge=0, le=10)
-    kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` (TRL beta, k3).", choices=["advantage", "loss"])
+    kl_penalty_mode: str = F("advantage", "Where KL acts: `advantage` (folded into per-token advantages) or `loss` "
+                                          "(TRL beta, k3).", choices=["advantage", "loss"])
     kl_discount_factor: float = F(0.0, "Discount of the KL penalty summed over later tokens (0 = none).", ge=0, le=1)
     adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
-    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (as ppo.target_kl).", gt=0)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token "
+                              "KL to the reference (as ppo.target_kl).", gt=0)
     kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in completions.", ge=1)
     loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=list(POLICY_LOSSES))
     clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
-    temperature: float = F(1.0, "Sampling temperature (0.7-1.0).", gt=0, le=5)
-    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k gamma^k r_k), in [0, 1].", ge=0, le=1)
-    stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by default).", factory=StreamMinibatchConfig)
+    temperature: float = temperature_field(1.0, "Sampling temperature (0.7-1.0).")
+    top_p: float = top_p_field()
+    max_tokens: int = max_tokens_field()
+    episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k "
+                                  "gamma^k r_k), in [0, 1].", ge=0, le=1)
+    stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by "
+                                                     "default).", factory=StreamMinibatchConfig)
     async_: AsyncConfig = F(help="Async off-policy training, `grpo.async` (off by default).", factory=AsyncConfig)
-    generation_backend: str = F("transformers", "Who samples completions: `transformers` (generate on the training model; CPU, MPS, CUDA) or `vllm` (CUDA only; the `vllm` extra).", choices=["transformers", "vllm"])
-    vllm_mode: str = F("colocate", "With generation_backend vllm: `colocate` (vLLM in the training process, sharing the GPU) or `server` (a separate `trl vllm-serve` process).", choices=["colocate", "server"])
+    generation_backend: str = F("transformers", "Who samples completions: `transformers` (generate on the training "
+                                                "model; CPU, MPS, CUDA) or `vllm` (CUDA only; the `vllm` "
+                                                "extra).", choices=["transformers", "vllm"])
+    vllm_mode: str = F("colocate", "With generation_backend vllm: `colocate` (vLLM in the training process, sharing "
+                                   "the GPU) or `server` (a separate `trl vllm-serve` "
+                                   "process).", choices=["colocate", "server"])
 
 
 def section_checks(c: StageChecks) -> None:
@@ -71,7 +86,8 @@ def checks(c: StageChecks) -> None:
         c.warning("grpo.temperature", "a KL penalty in the advantage assumes temperature 1.0 (sampler log-probs are "
                   "tempered otherwise)")
     if is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") > 0 and g("model.ref") in (None, "none", ""):
-        c.error("grpo.kl_penalty_coef", "grpo.kl_penalty_coef > 0 needs a reference model: set model.ref to `base` (the "
+        c.error("grpo.kl_penalty_coef", "grpo.kl_penalty_coef > 0 needs a reference model: set model.ref to `base` "
+                                        "(the "
                 "model without the adapter) or a checkpoint path")
     gs = g("grpo.group_size")
     if isinstance(gs, int) and gs > 16:
@@ -128,7 +144,8 @@ def _check_baseline_mode(c: StageChecks) -> None:
                 f"Expected {forms}")
     elif not module.strip() or not fn.strip() or module.endswith(".py") or "/" in module or os.sep in module or "." in fn:
         c.error("grpo.baseline_mode", f"`{value}` is not `package.module:function` (a module importable from the "
-                f"working directory or the Python path; files and dotted attributes are not looked up); expected {forms}")
+                "working directory or the Python path; files and dotted attributes are not looked up); expected "
+                f"{forms}")
     elif c.check_files:
         from rlft.rewards.registry import check_reward_spec
 
@@ -192,10 +209,12 @@ def overlap_note(cfg) -> str | None:
     parts = []
     if nm is not None:
         groups = g.batch_size // max(g.num_substeps * nm, 1)
-        parts.append(f"streaming: each optimizer substep accumulates {nm} minibatch(es) of {groups} group(s), trained as "
+        parts.append(f"streaming: each optimizer substep accumulates {nm} minibatch(es) of {groups} group(s), trained "
+                     "as "
                      f"soon as they are sampled, advantages and KL per minibatch; still on-policy")
     if k is not None:
-        parts.append(f"async: a sampler copy of the policy runs up to {k} iteration(s) ahead, so a batch may be sampled "
+        parts.append(f"async: a sampler copy of the policy runs up to {k} iteration(s) ahead, so a batch may be "
+                     "sampled "
                      f"with weights up to {k} iteration(s) old (async/staleness_*); older ones are dropped "
                      f"(async/dropped) and the importance-sampling ratio against the sampler's log-probs corrects the "
                      f"rest; watch kl_sample_train_v2")
@@ -238,7 +257,8 @@ def memory(cfg, world: int) -> MemoryProfile:
                                  full_copy=g.kl_penalty_mode == "loss"),
         sampler_copy=bool(g.async_.max_steps_off_policy or g.stream_minibatch.num_minibatches),
         vllm_share=util if vllm else None, vllm_mode=g.vllm_mode, episodes=bool(cfg.env.name),
-        what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in micro-batches of {micro}",
+        what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in micro-batches of "
+             f"{micro}",
         levers=tuple(levers))
 
 

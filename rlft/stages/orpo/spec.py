@@ -36,5 +36,6 @@ SPEC = StageSpec(
     console=("loss", "rewards/accuracies", "log_odds_ratio"),
     experimental=True,  # wraps trl.experimental
     model_card=model_card, memory=memory,
-    report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
+    report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare "
+                "here.",
 )

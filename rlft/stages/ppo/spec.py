@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlft.config.fields import F, AsyncConfig
+from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
 from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits, MemoryProfile, StageChecks, \
     StageSpec, fewer_sampled_rows, is_number, reference_held, shorter_sequences
@@ -15,28 +15,38 @@ from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits,
 @dataclass
 class PPOConfig:
     batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
-    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
+    mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates "
+                                "train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
     ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
     clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
     cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
-    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in nats.", ge=0, le=1)
-    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = log-ratio^2 / 2, full = exact over the vocabulary.", choices=list(KL_PENALTIES))
-    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * kl_t.", ge=0)
-    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token KL to the reference (not a per-sequence sum).", gt=0)
+    ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in "
+                              "nats.", ge=0, le=1)
+    kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = "
+                              "log-ratio^2 / 2, full = exact over the vocabulary.", choices=list(KL_PENALTIES))
+    init_kl_coef: float = F(0.05, "Initial KL coefficient (0.01-0.1): each action token's reward gets -kl_coef * "
+                                  "kl_t.", ge=0)
+    target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token "
+                              "KL to the reference (not a per-sequence sum).", gt=0)
     adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
     kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
-    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same backbone); `separate` is not built yet.", choices=["shared", "separate"])
+    value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same "
+                                   "backbone); `separate` is not built yet.", choices=["shared", "separate"])
     gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
     lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
     num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
     log_interval: int = F(100, "Log metrics every N episodes (rounded to whole updates, at least 1).", ge=1)
-    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N episodes (rounded to whole updates).", ge=1)
+    eval_interval: int = F(1000, "Log eval_reward (one fresh sample per data.eval_prompts prompt, fixed seed) every N "
+                                 "episodes (rounded to whole updates).", ge=1)
     save_interval: int = F(2000, "Write a resumable checkpoint every N episodes (rounded to whole updates).", ge=1)
-    temperature: float = F(1.0, "Sampling temperature; the learner's log-probs use the same temperature.", gt=0, le=5)
-    top_p: float = F(1.0, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the policy samples the next updates' episodes while the learner trains.", factory=AsyncConfig)
+    temperature: float = temperature_field(1.0, "Sampling temperature; the learner's log-probs use the same "
+                                                "temperature.")
+    top_p: float = top_p_field()
+    max_tokens: int = max_tokens_field()
+    async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the "
+                                 "policy samples the next updates' episodes while the learner "
+                                 "trains.", factory=AsyncConfig)
 
 
 def section_checks(c: StageChecks) -> None:
@@ -85,7 +95,8 @@ def schedule(cfg) -> str:
     """PPO counts episodes: how num_episodes and the *_interval keys become updates and optimizer steps."""
     p, ga = cfg.ppo, cfg.train.gradient_accumulation_steps
     updates = total_updates(cfg)
-    conv = "; ".join(f"{name} {getattr(p, name)} episodes = every {episodes_to_updates(getattr(p, name), p.batch_size)} "
+    conv = "; ".join(f"{name} {getattr(p, name)} episodes = every "
+                     f"{episodes_to_updates(getattr(p, name), p.batch_size)} "
                      f"update(s)" for name in ("log_interval", "eval_interval", "save_interval"))
     per_epoch = p.batch_size // p.mini_batch_size
     per_step = max(1, min(ga, per_epoch))

@@ -5,22 +5,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlft.config.fields import F
+from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KEEP_RULES
-from rlft.config.stagespec import TRAIN_METRICS, StageSpec, sample_then_sft_profile
+from rlft.config.stagespec import (SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS, StageSpec,
+                                   sample_then_sft_profile)
 
 
 @dataclass
 class RSSFTConfig:
     num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
-    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
+    keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above "
+                          "reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
     reward_threshold: float = F(0.6, "Keep only samples whose total reward is strictly above this (reward units).")
-    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then earlier sample).", ge=1)
-    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the previous one trained.", ge=1, le=100)
-    temperature: float = F(0.8, "Sampling temperature.", gt=0, le=5)
-    top_p: float = F(0.9, "Nucleus sampling threshold.", gt=0, le=1)
-    max_tokens: int = F(256, "Longest sampled completion in tokens.", ge=1)
-    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach samples.jsonl before the next, so a resumed run re-samples at most one call.", ge=1)
+    max_samples: int = F(20000, "Cap on kept samples per round, highest totals first (ties: earlier prompt, then "
+                                "earlier sample).", ge=1)
+    rounds: int = F(1, "Expert-iteration rounds: sample -> keep -> SFT, each round sampling from the policy the "
+                       "previous one trained.", ge=1, le=100)
+    temperature: float = temperature_field(0.8)
+    top_p: float = top_p_field(0.9)
+    max_tokens: int = max_tokens_field()
+    generation_batch_size: int = F(64, "Completions per generate call (whole prompts); each call's samples reach "
+                                       "samples.jsonl before the next, so a resumed run re-samples at most one "
+                                       "call.", ge=1)
 
 
 def explain(cfg) -> list[str]:
@@ -32,19 +38,13 @@ def explain(cfg) -> list[str]:
     return [sampled_sft_schedule(cfg, what)]
 
 
-def memory(cfg, world: int):
-    return sample_then_sft_profile(cfg, "rs_sft")
-
-
 SPEC = StageSpec(
     name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run", order=5,
     section_cls=RSSFTConfig, section_help="Rejection-sampling SFT stage.", section_order=3,
-    trl_config="trl.trainer.sft_config:SFTConfig",
-    trl_modeled=(("max_length", "train.max_seq_length"),),
-    samples=True,
-    metrics=("round", "sampled_reward_mean", "sampled_reward_std", "kept_fraction", "kept_count", "loss",
+    trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, samples=True,
+    metrics=(*SAMPLED_SFT_METRICS, "kept_fraction", "kept_count", "loss",
              *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "kept_fraction", "loss"),
     resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
-    explain=explain, memory=memory,
+    explain=explain, memory=sample_then_sft_profile,
 )
