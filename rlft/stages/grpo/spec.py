@@ -89,9 +89,23 @@ def checks(c: StageChecks) -> None:
         c.error("grpo.kl_penalty_coef", "grpo.kl_penalty_coef > 0 needs a reference model: set model.ref to `base` "
                                         "(the "
                 "model without the adapter) or a checkpoint path")
+    _check_generations(c)
     gs = g("grpo.group_size")
     if isinstance(gs, int) and gs > 16:
         c.warning("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions")
+
+
+def _check_generations(c: StageChecks) -> None:
+    """A run whose max_steps all train on one generation samples once: its reward never moves."""
+    ns, pe, ms = c.get("grpo.num_substeps"), c.get("grpo.ppo_epochs"), c.get("train.max_steps")
+    if c.get("env.name") or not all(isinstance(v, int) and not isinstance(v, bool) for v in (ns, pe, ms)):
+        return
+    per = ns * pe
+    if 0 < ms < 2 * per:
+        c.warning("train.max_steps", f"{ms} step(s) sample only {-(-ms // per)} generation(s): each generation trains "
+                  f"grpo.num_substeps x grpo.ppo_epochs = {ns} x {pe} = {per} optimizer steps, so the reward of "
+                  f"later steps is the same batch's; set train.max_steps to at least {2 * per}, or lower "
+                  f"grpo.num_substeps / grpo.ppo_epochs")
 
 
 def _check_sampling(c: StageChecks) -> None:
