@@ -55,7 +55,7 @@ def build(kind: str, overrides: list[str], out: str, timer: StepTimer):
     from rlft.demo import char_fraction
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.stages.grpo.runner import grpo_trl_config, load_prompt_dataset
-    from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+    from rlft.trainers.grpo import RlftGRPOTrainer
 
     cfg, _, _ = load_config("grpo", "cpu", [DEMO], overrides + ["train.save_steps=100000"])
     if isinstance(cfg.hw.cpu_threads, int):
@@ -70,11 +70,7 @@ def build(kind: str, overrides: list[str], out: str, timer: StepTimer):
         if cfg.grpo.kl_penalty_coef > 0:
             args.beta = cfg.grpo.kl_penalty_coef  # TRL's own KL: k3 in the loss
         return GRPOTrainer(**common)
-    g = cfg.grpo
-    hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode, kl_penalty_mode=g.kl_penalty_mode,
-                      kl_penalty_coef=g.kl_penalty_coef, kl_discount_factor=g.kl_discount_factor,
-                      adaptive_kl=g.adaptive_kl, target_kl=g.target_kl)
-    return RlftGRPOTrainer(hooks=hooks, **common)
+    return RlftGRPOTrainer(cfg=cfg, **common)
 
 
 def run_child(kind: str, overrides: list[str], steps: int) -> dict:

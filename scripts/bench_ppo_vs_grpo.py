@@ -36,7 +36,7 @@ def build_ppo(steps: int, out: str, timer: StepTimer):
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
     from rlft.rewards import build_reward_suite
-    from rlft.stages.ppo.runner import ppo_settings, training_arguments
+    from rlft.stages.ppo.runner import training_arguments
     from rlft.stages.prompt_data import load_prompt_dataset
     from rlft.trainers.ppo import RlftPPOTrainer
 
@@ -45,7 +45,7 @@ def build_ppo(steps: int, out: str, timer: StepTimer):
     wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model))
     suite = build_reward_suite([vars(r) for r in cfg.rewards])
     return RlftPPOTrainer(model=wrapped, args=training_arguments(cfg, out), processing_class=tok,
-                          settings=ppo_settings(cfg), train_rows=load_prompt_dataset(cfg).to_list(),
+                          cfg=cfg, train_rows=load_prompt_dataset(cfg).to_list(),
                           reward_suite=suite, callbacks=[timer.callback])
 
 

@@ -84,10 +84,9 @@ def test_interrupted_async_run_resumes_with_empty_queues(tmp_path):
 TOOL_GRPO = "configs/examples/tool_use_grpo.yaml"
 
 
-def _sync_then_zero_lag(tmp_path, monkeypatch, stage, config, settings_name, *overrides):
-    """Run folders of the same short run twice, in process: synchronous, then with the loop's settings patched
-    to max_steps_off_policy 0 (below what the config accepts)."""
-    import dataclasses
+def _sync_then_zero_lag(tmp_path, monkeypatch, stage, config, *overrides):
+    """Run folders of the same short run twice, in process: synchronous, then with the validated config's
+    `<stage>.async.max_steps_off_policy` set to 0 (below what validation accepts) before the stage runs."""
     import importlib
 
     from typer.testing import CliRunner
@@ -102,10 +101,14 @@ def _sync_then_zero_lag(tmp_path, monkeypatch, stage, config, settings_name, *ov
         return out
 
     sync = train("sync")
-    module = importlib.import_module(f"rlft.stages.{'grpo.episodes' if stage == 'grpo' else stage + '.runner'}")
-    real = getattr(module, settings_name)
-    monkeypatch.setattr(module, settings_name,
-                        lambda *a: dataclasses.replace(real(*a), max_steps_off_policy=0))
+    runner = importlib.import_module(f"rlft.stages.{stage}.runner")
+    real = runner.run
+
+    def zero_lag(cfg, composed, opts):
+        getattr(cfg, stage).async_.max_steps_off_policy = 0
+        return real(cfg, composed, opts)
+
+    monkeypatch.setattr(runner, "run", zero_lag)
     return sync, train("async")
 
 
@@ -120,7 +123,7 @@ def test_zero_lag_async_episodes_train_exactly_like_synchronous(tmp_path, monkey
     """GRPO over multi-turn episodes on rlft's loop: the async sampler (a copy of the policy with its own
     environments, behaviour log-probs from its own forward pass) with zero lag gives the synchronous run's
     weights bit for bit."""
-    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "grpo", TOOL_GRPO, "settings", "train.max_steps=3")
+    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "grpo", TOOL_GRPO, "train.max_steps=3")
     assert _same_tensors(sync, lagged, "adapter_model.safetensors")
     rows = read_jsonl(lagged / "metrics.jsonl")
     assert [r["async/staleness_max"] for r in rows] == [0.0, 0.0, 0.0]
@@ -158,7 +161,7 @@ PPO_DEMO = "configs/examples/ppo_demo.yaml"
 
 def test_zero_lag_async_ppo_trains_exactly_like_synchronous(tmp_path, monkeypatch):
     """PPO (value head, GAE) with the async sampler at zero lag: the same weights bit for bit."""
-    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "ppo", PPO_DEMO, "ppo_settings", "ppo.num_episodes=48")
+    sync, lagged = _sync_then_zero_lag(tmp_path, monkeypatch, "ppo", PPO_DEMO, "ppo.num_episodes=48")
     assert _same_tensors(sync, lagged, "adapter_model.safetensors")
     assert _same_tensors(sync, lagged, "value_head.safetensors")
     rows = [r for r in read_jsonl(lagged / "metrics.jsonl") if "reward" in r]

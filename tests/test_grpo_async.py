@@ -8,15 +8,18 @@ import torch
 pytestmark = pytest.mark.e2e
 
 
-def _run(tmp_path, name, overlap=None, steps=3):
+def _run(tmp_path, name, lag=None, steps=3):
+    """`steps` steps of RlftGRPOTrainer (lag None) or of AsyncGRPOTrainer with `grpo.async.max_steps_off_policy` lag,
+    set on the validated config (0 is below what validation accepts)."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
+    from rlft.config import load_config
     from rlft.demo import char_fraction, demo_prompts
     from rlft.tiny import ensure_tiny_model
-    from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+    from rlft.trainers.grpo import RlftGRPOTrainer
     from rlft.trainers.grpo_async import AsyncGRPOTrainer
 
     path = ensure_tiny_model()
@@ -29,17 +32,19 @@ def _run(tmp_path, name, overlap=None, steps=3):
                   train_dataset=Dataset.from_list(demo_prompts(16)),
                   processing_class=AutoTokenizer.from_pretrained(path),
                   peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]),
-                  hooks=GRPOHooks(group_size=4, baseline_mode="group_mean_std"))
-    trainer = AsyncGRPOTrainer(**kwargs, overlap=overlap) if overlap else RlftGRPOTrainer(**kwargs)
+                  cfg=load_config("grpo", "cpu", [], ["grpo.group_size=4", "grpo.baseline_mode=group_mean_std",
+                                                      "grpo.kl_penalty_coef=0", "grpo.adaptive_kl=false",
+                                                      "grpo.num_substeps=1", "grpo.loss_fn=importance_sampling"])[0])
+    if lag is not None:
+        kwargs["cfg"].grpo.async_.max_steps_off_policy = lag
+    trainer = AsyncGRPOTrainer(**kwargs) if lag is not None else RlftGRPOTrainer(**kwargs)
     trainer.train()
     return trainer
 
 
 def test_zero_lag_async_reproduces_synchronous_losses(tmp_path):
-    from rlft.trainers.grpo_async import Overlap
-
     sync = _run(tmp_path, "sync")
-    lagged = _run(tmp_path, "async", Overlap(max_steps_off_policy=0))
+    lagged = _run(tmp_path, "async", lag=0)
     losses = lambda t: [h["loss"] for h in t.state.log_history if "loss" in h]  # noqa: E731
     rewards = lambda t: [h["reward"] for h in t.state.log_history if "reward" in h]  # noqa: E731
     assert len(losses(sync)) == 3
@@ -63,7 +68,7 @@ def test_chunks_older_than_the_limit_are_dropped_counted_and_resampled(tmp_path,
 
     from transformers import TrainerCallback
 
-    from rlft.trainers.grpo_async import AsyncGRPOTrainer, Overlap
+    from rlft.trainers.grpo_async import AsyncGRPOTrainer
 
     made = AsyncGRPOTrainer._make_worker
 
@@ -85,7 +90,7 @@ def test_chunks_older_than_the_limit_are_dropped_counted_and_resampled(tmp_path,
         self.add_callback(SlowLearner())
 
     monkeypatch.setattr(AsyncGRPOTrainer, "__init__", init)
-    trainer = _run(tmp_path, "drops", Overlap(max_steps_off_policy=1), steps=5)
+    trainer = _run(tmp_path, "drops", lag=1, steps=5)
     logged = [h for h in trainer.state.log_history if "async/staleness_max" in h]
     assert len(logged) == 5
     assert all(h["async/staleness_max"] <= 1 for h in logged)

@@ -6,6 +6,14 @@ import torch
 pytestmark = pytest.mark.e2e
 
 
+def _cfg(*overrides):
+    """The GRPO config the hooks read: no KL unless asked."""
+    from rlft.config import load_config
+
+    return load_config("grpo", "cpu", [], ["grpo.group_size=4", "grpo.kl_penalty_coef=0", "grpo.adaptive_kl=false",
+                                           *overrides])[0]
+
+
 def _trainer(cls, tmp_path, name, **extra):
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -28,10 +36,10 @@ def test_group_mean_std_matches_stock_trl(tmp_path):
     from trl import GRPOTrainer
 
     from rlft.demo import demo_prompts
-    from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+    from rlft.trainers.grpo import RlftGRPOTrainer
 
     stock = _trainer(GRPOTrainer, tmp_path, "stock")
-    ours = _trainer(RlftGRPOTrainer, tmp_path, "rlft", hooks=GRPOHooks(group_size=4, baseline_mode="group_mean_std"))
+    ours = _trainer(RlftGRPOTrainer, tmp_path, "rlft", cfg=_cfg("grpo.baseline_mode=group_mean_std"))
     rows = demo_prompts(2)
     batch = [dict(r) for r in rows for _ in range(4)]
     results = []
@@ -49,10 +57,10 @@ def test_on_policy_kl_penalty_in_the_loss_equals_eager_computation(tmp_path):
     forward pass (no extra pass); over one micro-batch that must equal the eager formula exactly."""
     from rlft.algos import kl_penalty_advantages
     from rlft.demo import demo_prompts
-    from rlft.trainers.grpo import GRPOHooks, RlftGRPOTrainer
+    from rlft.trainers.grpo import RlftGRPOTrainer
 
-    hooks = GRPOHooks(group_size=4, baseline_mode="group_mean", kl_penalty_coef=0.05, kl_penalty_mode="advantage")
-    trainer = _trainer(RlftGRPOTrainer, tmp_path, "kl", hooks=hooks)
+    cfg = _cfg("grpo.baseline_mode=group_mean", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage")
+    trainer = _trainer(RlftGRPOTrainer, tmp_path, "kl", cfg=cfg)
     trainer.model.train()
     for name, p in trainer.model.named_parameters():  # move the adapter away from the reference
         if "lora_B" in name:

@@ -50,14 +50,21 @@ def test_show_config_explain_converts_episodes_to_updates():
     assert "16 optimizer steps per update, 640 in all" in line  # 4 epochs x 4 minibatches, cpu: no accumulation
 
 
-def test_settings_match_the_explained_schedule():
+def test_the_trainers_schedule_is_the_explained_one():
+    """The trainer runs by rlft.algos.schedule; show-config --explain states the same numbers."""
+    from rlft.algos.schedule import ppo_loop_schedule
     from rlft.config import load_config
-    from rlft.stages.ppo.runner import ppo_settings
+    from rlft.stages.ppo.spec import schedule
 
     cfg, _, _ = load_config("ppo", "rtx4090", [], ["ppo.num_episodes=160", "ppo.log_interval=32"])
-    s = ppo_settings(cfg)
+    s = ppo_loop_schedule(cfg)
     assert (s.num_updates, s.log_every, s.minibatches_per_step) == (10, 2, 4)
     assert s.optimizer_steps_per_update == 4  # 4 epochs x (4 minibatches / 4 accumulated)
+    assert (s.batch_size, s.mini_batch_size, s.eval_every, s.save_every) == (16, 4, 62, 125)
+    line = schedule(cfg)
+    assert f"= {s.num_updates} updates" in line and f"log_interval 32 episodes = every {s.log_every} update(s)" in line
+    assert (f"an optimizer step every {s.minibatches_per_step} minibatch(es) = {s.optimizer_steps_per_update} "
+            f"optimizer steps per update") in line
 
 
 def test_processes_must_split_batch_and_minibatch():

@@ -11,7 +11,7 @@ def _trainer(tmp_path, *overrides):
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
     from rlft.rewards import build_reward_suite
-    from rlft.stages.ppo.runner import ppo_settings, training_arguments
+    from rlft.stages.ppo.runner import training_arguments
     from rlft.stages.prompt_data import load_prompt_dataset
     from rlft.trainers.ppo import RlftPPOTrainer
 
@@ -23,7 +23,7 @@ def _trainer(tmp_path, *overrides):
     wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model))
     torch.nn.init.normal_(wrapped.value_head.weight, std=0.05)  # non-zero values: the value path is exercised
     trainer = RlftPPOTrainer(model=wrapped, args=training_arguments(cfg, str(tmp_path)), processing_class=tok,
-                             settings=ppo_settings(cfg), train_rows=load_prompt_dataset(cfg).to_list(),
+                             cfg=cfg, train_rows=load_prompt_dataset(cfg).to_list(),
                              reward_suite=build_reward_suite([vars(r) for r in cfg.rewards]))
     trainer.create_optimizer_and_scheduler(num_training_steps=1)
     trainer.state = trainer._fresh_state()

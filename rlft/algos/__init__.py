@@ -1,96 +1,26 @@
-"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule."""
+"""Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule,
+and the counts of rlft's own RL loop.
 
-from rlft.algos.advantages import (
-    discounted_returns,
-    episode_group_advantages,
-    BASELINE_MODES,
-    constant_group_mask,
-    expand_group_mask,
-    get_baseline,
-    group_advantages,
-    register_baseline,
-)
-from rlft.algos.awr import (
-    AWR_BASELINES,
-    awr_advantages,
-    awr_metrics,
-    awr_weights,
-    effective_sample_size,
-    fraction_clipped,
-    normalize_advantages,
-    weighted_nll,
-)
-from rlft.algos.kl import (
-    discounted_future_sum,
-    entropy_from_logp,
-    KL_PENALTIES,
-    k3_kl,
-    kl_penalty_advantages,
-    kl_penalty_per_token,
-    kl_sample_train,
-    masked_mean,
-)
-from rlft.algos.kl_control import (
-    AdaptiveKLController,
-    FixedKLController,
-    adaptive_kl_update,
-    make_kl_controller,
-)
-from rlft.algos.rejection import KEEP_RULES, keep_mask
-from rlft.algos.offpolicy import behaviour_weights
-from rlft.algos.ppo import (
-    clipped_surrogate,
-    clipped_value_loss,
-    entropy_from_logits,
-    explained_variance,
-    gae,
-    last_token_index,
-    masked_var,
-    masked_whiten,
-    ppo_loss,
-    shape_rewards,
-)
+Names load their module on first use, so `rlft.algos.schedule` (plain arithmetic) imports without torch."""
 
-__all__ = [
-    "behaviour_weights",
-    "discounted_returns",
-    "episode_group_advantages",
-    "AWR_BASELINES",
-    "KEEP_RULES",
-    "awr_advantages",
-    "awr_metrics",
-    "awr_weights",
-    "effective_sample_size",
-    "fraction_clipped",
-    "keep_mask",
-    "normalize_advantages",
-    "weighted_nll",
-    "BASELINE_MODES",
-    "KL_PENALTIES",
-    "clipped_surrogate",
-    "clipped_value_loss",
-    "entropy_from_logits",
-    "explained_variance",
-    "gae",
-    "kl_penalty_per_token",
-    "last_token_index",
-    "masked_var",
-    "masked_whiten",
-    "ppo_loss",
-    "shape_rewards",
-    "AdaptiveKLController",
-    "FixedKLController",
-    "adaptive_kl_update",
-    "constant_group_mask",
-    "discounted_future_sum",
-    "entropy_from_logp",
-    "expand_group_mask",
-    "get_baseline",
-    "group_advantages",
-    "k3_kl",
-    "kl_penalty_advantages",
-    "kl_sample_train",
-    "make_kl_controller",
-    "masked_mean",
-    "register_baseline",
-]
+from rlft.lazy import lazy_attributes
+
+_MODULES = {
+    "advantages": ("BASELINE_MODES", "constant_group_mask", "discounted_returns",
+                   "episode_group_advantages", "expand_group_mask", "get_baseline", "group_advantages",
+                   "register_baseline"),
+    "awr": ("AWR_BASELINES", "awr_advantages", "awr_metrics", "awr_weights", "effective_sample_size",
+            "fraction_clipped", "normalize_advantages", "weighted_nll"),
+    "kl": ("KL_PENALTIES", "discounted_future_sum", "entropy_from_logp", "k3_kl",
+           "kl_penalty_advantages", "kl_penalty_per_token", "kl_sample_train", "masked_mean"),
+    "kl_control": ("AdaptiveKLController", "FixedKLController", "adaptive_kl_update", "make_kl_controller"),
+    "offpolicy": ("behaviour_weights",),
+    "ppo": ("clipped_surrogate", "clipped_value_loss", "entropy_from_logits", "explained_variance", "gae", "last_token_index",
+            "masked_var", "masked_whiten", "ppo_loss", "shape_rewards"),
+    "rejection": ("KEEP_RULES", "keep_mask"),
+    "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "episodes_to_updates", "ppo_loop_schedule"),
+}
+
+__getattr__ = lazy_attributes(__name__, {name: module for module, names in _MODULES.items() for name in names})
+
+__all__ = sorted(name for names in _MODULES.values() for name in names)

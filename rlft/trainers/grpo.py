@@ -14,8 +14,7 @@ TRL's private names used here are listed in rlft/trainers/trl_private.py (checke
 from __future__ import annotations
 
 import logging
-
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from accelerate.utils import gather_object
@@ -31,27 +30,12 @@ from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, RewardLog, score_texts
 from rlft.rollout.score import ID_COLUMNS
 
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
+    from rlft.run import RunDir
+
 # dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
 NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
-
-
-@dataclass
-class GRPOHooks:
-    """The `grpo.*` knobs the hooks act on (mapped once from the config)."""
-    group_size: int
-    baseline_mode: str = "group_mean"
-    remove_constant_reward_groups: bool = False
-    kl_penalty_mode: str = "advantage"       # "advantage" | "loss"
-    kl_penalty_coef: float = 0.0
-    kl_discount_factor: float = 0.0
-    adaptive_kl: bool = False
-    target_kl: float = 0.1
-    kl_horizon: int = 10000
-    completions_path: str | None = None      # completions.jsonl, written by the main process
-    log_completions: int = 4                  # per step; -1 = all
-    reward_logs_path: str | None = None       # reward_logs.jsonl (None = reward output not captured)
-    hot_reload: bool = False                  # reload changed reward files / overrides.yaml before each step
-    overrides_path: str | None = None         # <run>/overrides.yaml: `weights: {name: w}`
 
 
 def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
@@ -66,28 +50,33 @@ def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
 
 
 class RlftGRPOTrainer(GRPOTrainer):
-    def __init__(self, *args, hooks: GRPOHooks, reward_suite=None, ref_model_for_kl=None, **kwargs):
+    """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go
+    to (None: no completions.jsonl, reward_logs.jsonl or reward hot reload)."""
+
+    def __init__(self, *args, cfg: RlftConfig, run: RunDir | None = None, reward_suite=None, ref_model_for_kl=None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self.hooks = hooks
+        self.cfg = cfg
+        g, mon = cfg.grpo, cfg.monitor
         self.reward_suite = reward_suite if reward_suite is not None else \
             _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
-        self.completion_log = CompletionLog(hooks.completions_path, hooks.log_completions)
-        self.reward_log = RewardLog(hooks.reward_logs_path)
+        self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
+        self.reward_log = RewardLog(run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs else None)
         if self.reward_suite is not None:
-            self.reward_suite.capture_logs(hooks.reward_logs_path is not None)
+            self.reward_suite.capture_logs(self.reward_log.path is not None)
         self.reloader = None
-        if hooks.hot_reload and self.reward_suite is not None:
+        if run is not None and mon.reward_hot_reload and self.reward_suite is not None:
             from rlft.rewards.reload import RewardReloader
 
-            self.reloader = RewardReloader(self.reward_suite, hooks.overrides_path)
+            self.reloader = RewardReloader(self.reward_suite, run.root / "overrides.yaml")
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
         self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
         self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
-        self.kl_ctl = make_kl_controller(hooks.kl_penalty_coef, hooks.target_kl, hooks.adaptive_kl, hooks.kl_horizon)
+        self.kl_ctl = make_kl_controller(g.kl_penalty_coef, g.target_kl, g.adaptive_kl, g.kl_horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
             self._rlft_ref = ref_model_for_kl.to(self.accelerator.device)
-            if hooks.kl_penalty_mode == "loss":
+            if g.kl_penalty_mode == "loss":
                 self.ref_model = self._rlft_ref  # TRL's k3 loss reads self.ref_model
         self._rewards_per_func = None
         self._last_kl: float | None = None
@@ -108,7 +97,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         if "kl_controller" in state:
             self.kl_ctl.load_state_dict(state["kl_controller"])
         self._last_kl = last_kl
-        if self.hooks.kl_penalty_mode == "loss" and self.hooks.kl_penalty_coef > 0:
+        if self.cfg.grpo.kl_penalty_mode == "loss" and self.cfg.grpo.kl_penalty_coef > 0:
             self.beta = self.kl_ctl.value
 
     def rlft_extra_state(self) -> dict:
@@ -170,17 +159,18 @@ class RlftGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         starts = mode == "train" and self._starts_iteration()
-        if starts and self.hooks.kl_penalty_coef > 0 and self._last_kl is not None:
+        g = self.cfg.grpo
+        if starts and g.kl_penalty_coef > 0 and self._last_kl is not None:
             n = self.args.generation_batch_size
             self.kl_ctl.update(self._last_kl, n)
-            if self.hooks.kl_penalty_mode == "loss":
+            if g.kl_penalty_mode == "loss":
                 self.beta = self.kl_ctl.value
         if starts and self.reloader is not None:
             self._reload_rewards()
         out = self._trl_generate_and_score(inputs)
         if mode != "train":
             return out
-        h, m = self.hooks, self._metrics[mode]
+        m = self._metrics[mode]
         m["reward_version"].append(float(self.reward_version))
         device = out["completion_ids"].device
         n_local = out["completion_ids"].size(0)
@@ -189,8 +179,8 @@ class RlftGRPOTrainer(GRPOTrainer):
         # a completion any weighted reward failed on has no total: excluded from its group's baseline
         valid = ~torch.isnan(rpf[:, weights != 0]).any(dim=1)
         total = torch.where(valid, (torch.nan_to_num(rpf) * weights).sum(dim=1), float("nan"))
-        adv = group_advantages(total, h.group_size, h.baseline_mode, valid=valid)
-        const_P = constant_group_mask(total, h.group_size, valid=valid)
+        adv = group_advantages(total, g.group_size, g.baseline_mode, valid=valid)
+        const_P = constant_group_mask(total, g.group_size, valid=valid)
         m["frac_constant_groups"].append(const_P.float().mean().item())
         m["frac_unscored"].append((~valid).float().mean().item())
         if self.reward_suite is not None:
@@ -204,14 +194,14 @@ class RlftGRPOTrainer(GRPOTrainer):
         local = slice(start, start + n_local)
         adv_local = adv[local]
         completion_mask = out["completion_mask"]
-        if h.remove_constant_reward_groups:
-            keep_local = ~expand_group_mask(const_P, h.group_size)[local]
+        if g.remove_constant_reward_groups:
+            keep_local = ~expand_group_mask(const_P, g.group_size)[local]
             out["completion_mask"] = completion_mask = completion_mask * keep_local.unsqueeze(1).to(completion_mask.dtype)
             out["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
             m["groups_removed"].append(const_P.float().sum().item())
 
-        if h.kl_penalty_coef > 0:
-            if h.kl_penalty_mode == "advantage":
+        if g.kl_penalty_coef > 0:
+            if g.kl_penalty_mode == "advantage":
                 logp_sample = out.get("old_per_token_logps")
                 logp_ref = self._logps(self.model, out, use_ref=True)
                 if logp_sample is None:
@@ -224,7 +214,7 @@ class RlftGRPOTrainer(GRPOTrainer):
                     kl = None
                 else:
                     adv_BT, kl_m = kl_penalty_advantages(adv_local, logp_sample, logp_ref, completion_mask.float(),
-                                                         self.kl_ctl.value, h.kl_discount_factor)
+                                                         self.kl_ctl.value, g.kl_discount_factor)
                     kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
                     out["advantages"] = adv_BT
             else:
@@ -235,7 +225,7 @@ class RlftGRPOTrainer(GRPOTrainer):
                 m["kl_policy_ref"].append(kl)
         else:
             out["advantages"] = adv_local
-        m["kl_coef"].append(self.kl_ctl.value if h.kl_penalty_coef > 0 else 0.0)
+        m["kl_coef"].append(self.kl_ctl.value if g.kl_penalty_coef > 0 else 0.0)
         self._write_completions(out, rpf, total, adv)
         if self.reward_suite is not None:
             rows = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
@@ -271,7 +261,7 @@ class RlftGRPOTrainer(GRPOTrainer):
                 self._metrics["train"]["kl_sample_train_v2"].append(0.0)
         self._train_logps = None
         kl_hist = self._metrics["train"].get("kl")
-        if self.hooks.kl_penalty_mode == "loss" and self.beta != 0 and kl_hist:
+        if self.cfg.grpo.kl_penalty_mode == "loss" and self.beta != 0 and kl_hist:
             self._last_kl = kl_hist[-1]  # TRL's k3 estimate, the input of the adaptive controller
         return loss
 
@@ -290,7 +280,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         recomputed from the base advantages so re-used batches never accumulate the penalty."""
         adv_BT, kl_m = kl_penalty_advantages(inputs["rlft_base_advantages"], logp_sample, inputs["rlft_ref_logps"],
                                              inputs["completion_mask"].float(), self.kl_ctl.value,
-                                             self.hooks.kl_discount_factor)
+                                             self.cfg.grpo.kl_discount_factor)
         inputs["advantages"] = adv_BT
         device = logp_sample.device
         kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
@@ -304,7 +294,7 @@ class RlftGRPOTrainer(GRPOTrainer):
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
-            batch = _shuffle_groups(batch, self.hooks.group_size)
+            batch = _shuffle_groups(batch, self.cfg.grpo.group_size)
             self._buffered_inputs = split_tensor_dict(batch, self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 

@@ -28,6 +28,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
@@ -38,27 +39,35 @@ from rlft.rollout.offpolicy import (
 )
 from rlft.trainers.grpo import RlftGRPOTrainer, _shuffle_groups
 
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
+
 
 @dataclass(frozen=True)
 class Overlap:
-    """How far sampling may run ahead of the learner."""
-    max_steps_off_policy: int = 0   # training iterations the sampler's weights may lag (0 = on-policy)
-    num_minibatches: int = 1        # streaming: chunks per optimizer substep, gradients accumulated over them
-    num_substeps: int = 1           # optimizer steps per iteration (grpo.num_substeps)
-    stream: bool = False            # hand each batch over in num_substeps x num_minibatches chunks (else whole)
-    decoupled: bool = False         # loss_fn ppo: clip against the learner, weight by pi_learner / pi_sampler
+    """How far sampling may run ahead of the learner, derived from `cfg.grpo` by `overlap_of`."""
+    max_steps_off_policy: int       # training iterations the sampler's weights may lag (0 = on-policy)
+    num_substeps: int               # optimizer steps per iteration (grpo.num_substeps)
+    chunks: int                     # pieces each iteration's batch is handed over in (1 = whole)
+    decoupled: bool                 # loss_fn ppo: clip against the learner, weight by pi_learner / pi_sampler
 
-    @property
-    def chunks(self) -> int:
-        return self.num_substeps * self.num_minibatches if self.stream else 1
+
+def overlap_of(cfg: RlftConfig) -> Overlap:
+    """grpo.async (null = no lag) and grpo.stream_minibatch (null = the batch handed over whole; else
+    num_substeps x num_minibatches chunks, gradients accumulated over a substep's)."""
+    g = cfg.grpo
+    stream = g.stream_minibatch.num_minibatches
+    return Overlap(max_steps_off_policy=g.async_.max_steps_off_policy or 0, num_substeps=g.num_substeps,
+                   chunks=g.num_substeps * stream if stream is not None else 1,
+                   decoupled=g.loss_fn == "ppo")
 
 
 class AsyncGRPOTrainer(RlftGRPOTrainer):
-    def __init__(self, *args, overlap: Overlap, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.accelerator.num_processes > 1:
             raise ValueError("streaming and async GRPO run in one process (the sampler is an in-process copy)")
-        self.overlap = overlap
+        self.overlap = overlap_of(self.cfg)
         self._worker: GenerationWorker | None = None
         self._iteration: int | None = None   # the training iteration being trained (= learner weights version)
         self._pregenerated: dict | None = None
@@ -180,7 +189,7 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         if self.overlap.decoupled and staleness > 0:
             self._decouple(out)
         self._chunk_index += 1
-        out = _shuffle_groups(out, self.hooks.group_size)
+        out = _shuffle_groups(out, self.cfg.grpo.group_size)
         per_chunk = self.args.steps_per_generation // self.overlap.chunks
         return split_tensor_dict(out, per_chunk)
 

@@ -11,43 +11,61 @@ action tokens (observations stay masked). The value head is not trained (vf_coef
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from rlft.algos import (
-    discounted_returns, episode_group_advantages, group_advantages, kl_penalty_per_token, masked_mean,
+    LoopSchedule, discounted_returns, entropy_from_logits, episode_group_advantages, episode_grpo_loop_schedule,
+    group_advantages, kl_penalty_per_token, masked_mean, ppo_loss,
 )
-from rlft.trainers.ppo import PPOSettings, RlftPPOTrainer
+from rlft.trainers.ppo import RlftPPOTrainer
 
-
-@dataclass
-class EpisodeGRPOSettings(PPOSettings):
-    group_size: int = 4
-    baseline_mode: str = "group_mean"
-    episode_gamma: float = 1.0
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
 
 
 class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
-    settings: EpisodeGRPOSettings
+    """GRPO on `cfg.grpo` over episodes of `cfg.env`, on the PPO loop."""
+    section_name = "grpo"
+
+    def make_schedule(self, cfg: RlftConfig, num_rows: int) -> LoopSchedule:
+        return episode_grpo_loop_schedule(cfg, num_rows)
+
+    @property
+    def initial_kl_coef(self) -> float:
+        return self.cfg.grpo.kl_penalty_coef
+
+    @property
+    def kl_estimator(self) -> str:
+        return "kl"  # the log-ratio, subtracted from the advantage
+
+    def loss(self, batch: dict, idx, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
+        # the clipped surrogate whatever grpo.loss_fn says (that key maps onto TRL's loss); no critic and no entropy
+        # bonus: both terms weigh 0 (the value clip is then immaterial)
+        mask = batch["mask"][idx]
+        return ppo_loss(logp_BT, batch["logp_old"][idx], batch["advantages"][idx], values_BT * mask,
+                        batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV), mask,
+                        clip_range=self.cfg.grpo.clip_range, clip_range_value=0.2, vf_coef=0.0, ent_coef=0.0)
 
     def _rows_for_update(self, update: int) -> list[dict]:
         """This process's rows: batch_size / group_size distinct rows, each repeated group_size times
         (contiguous, so group i is rows [i*G, (i+1)*G)); a pure function of the update index."""
-        G = self.settings.group_size
+        G = self.cfg.grpo.group_size
         n = len(self.train_rows)
-        per_update, local = self.settings.batch_size // G, self.local_batch // G
+        per_update, local = self.schedule.batch_size // G, self.local_batch // G
         first = update * per_update + self.accelerator.process_index * local
         rows = []
         for e in range(first, first + local):
             epoch, i = divmod(e, n)
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.settings.seed + epoch))
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.train.seed + epoch))
             rows += [self.train_rows[int(perm[i])]] * G
         return rows
 
     @torch.no_grad()
     def rollout(self, update: int) -> dict:
-        s = self.settings
+        g = self.cfg.grpo
         rows = self._rows_for_update(update)
         batch = self._sampled(update, rows)
         episodes = batch["episodes"]
@@ -56,16 +74,16 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
         K = max(1, max(ep.length for ep in episodes))
         turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
-        returns_B = discounted_returns(turn_rewards_BK, s.episode_gamma)
-        adv_BT = episode_group_advantages(turn_rewards_BK.to(mask.device), mask, s.group_size, s.baseline_mode,
-                                          s.episode_gamma)
-        adv_B = group_advantages(returns_B, s.group_size, s.baseline_mode)  # for the metrics
+        returns_B = discounted_returns(turn_rewards_BK, g.episode_gamma)
+        adv_BT = episode_group_advantages(turn_rewards_BK.to(mask.device), mask, g.group_size, g.baseline_mode,
+                                          g.episode_gamma)
+        adv_B = group_advantages(returns_B, g.group_size, g.baseline_mode)  # for the metrics
         kl_policy_ref = None
         if self.kl_ctl.value > 0 or self.ref_model is not None:
             ref = self._reference_logps(batch)
             if ref is not None:
                 logp_ref, _, _, logp_ref_BTV = ref
-                kl_BT = kl_penalty_per_token(logp_old, logp_ref, s.kl_penalty, logp_old_BTV, logp_ref_BTV)
+                kl_BT = kl_penalty_per_token(logp_old, logp_ref, self.kl_estimator, logp_old_BTV, logp_ref_BTV)
                 adv_BT = adv_BT - self.kl_ctl.value * kl_BT * mask  # GRPO's KL in the advantage
                 kl_policy_ref = masked_mean(logp_old - logp_ref, mask)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight

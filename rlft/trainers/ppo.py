@@ -23,18 +23,18 @@ transformers' private Trainer methods used here are listed in rlft/trainers/trl_
 from __future__ import annotations
 
 import logging
-import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
-    behaviour_weights, entropy_from_logits, explained_variance, gae, kl_penalty_per_token, kl_sample_train,
-    make_kl_controller, masked_mean, masked_whiten, ppo_loss, shape_rewards,
+    LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance, gae, kl_penalty_per_token,
+    kl_sample_train, make_kl_controller, masked_mean, masked_whiten, ppo_loop_schedule, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
@@ -43,87 +43,55 @@ from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
 
-@dataclass
-class PPOSettings:
-    """The `ppo.*` knobs the loop acts on (mapped once from the config)."""
-    batch_size: int = 16
-    mini_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    ppo_epochs: int = 4
-    clip_range: float = 0.2
-    cliprange_value: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.01
-    kl_penalty: str = "kl"
-    init_kl_coef: float = 0.05
-    target_kl: float = 0.1
-    adaptive_kl: bool = True
-    kl_horizon: int = 10000
-    gamma: float = 0.99
-    lam: float = 0.95
-    num_episodes: int = 1000
-    log_every: int = 1        # in updates
-    eval_every: int = 10      # in updates
-    save_every: int = 100     # in updates
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 64
-    seed: int = 42
-    max_episode_length: int = 20  # turns per episode (with an environment)
-    max_seq_length: int = 4096    # an episode that would pass it ends (truncated)
-    max_steps_off_policy: int | None = None  # async: a sampler copy runs up to this many updates ahead; None = off
-
-    @property
-    def num_updates(self) -> int:
-        return math.ceil(self.num_episodes / self.batch_size)
-
-    @property
-    def minibatches_per_step(self) -> int:
-        """Minibatches accumulated into one optimizer step (capped at one epoch's worth)."""
-        return max(1, min(self.gradient_accumulation_steps, self.batch_size // self.mini_batch_size))
-
-    @property
-    def optimizer_steps_per_update(self) -> int:
-        per_epoch = self.batch_size // self.mini_batch_size
-        return self.ppo_epochs * math.ceil(per_epoch / self.minibatches_per_step)
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
+    from rlft.run import RunDir
 
 
 class RlftPPOTrainer(Trainer):
-    def __init__(self, model: PolicyWithValueHead, args, processing_class, settings: PPOSettings,
-                 train_rows: list[dict], reward_suite, evaluation=None, callbacks=None,
-                 completions_path: str | None = None, log_completions: int = 4, eval_out: dict | None = None,
-                 ref_model=None, env_factory=None, env_guard=None, episode_eval_rows: list[dict] | None = None,
-                 reward_logs_path: str | None = None, overrides_path: str | None = None):
+    """PPO on `cfg.ppo` (with `cfg.train`, `cfg.env`, `cfg.monitor`); a subclass may run another section's
+    algorithm on the same loop (rlft.trainers.grpo_episodes)."""
+    section_name = "ppo"                  # the config section the loop reads its algorithm's keys from
+
+    def __init__(self, model: PolicyWithValueHead, args, processing_class, cfg: RlftConfig,
+                 train_rows: list[dict], reward_suite, evaluation=None, callbacks=None, run: RunDir | None = None,
+                 eval_out: dict | None = None, ref_model=None, env_factory=None, env_guard=None,
+                 episode_eval_rows: list[dict] | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
-        self.settings = s = settings
+        self.cfg = cfg
+        self.section = sec = getattr(cfg, self.section_name)
+        self.schedule: LoopSchedule = self.make_schedule(cfg, len(train_rows))
         self.train_rows = train_rows
         self.evaluation = evaluation  # policy -> {"reward_mean", "n", ...} on the evaluation prompts, or None
         self.reward_suite = reward_suite
-        self.completion_log = CompletionLog(completions_path, log_completions)
-        self.reward_log = RewardLog(reward_logs_path)  # what the rewards printed, per update and function
+        mon = cfg.monitor
+        self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
+        reward_logs = run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs and reward_suite else None
+        self.reward_log = RewardLog(reward_logs)  # what the rewards printed, per update and function
         if reward_suite is not None:
-            reward_suite.capture_logs(reward_logs_path is not None)
+            reward_suite.capture_logs(reward_logs is not None)
         self.eval_out = eval_out if eval_out is not None else {}  # the run's summary.json `eval` (start/end)
         self.reloader = None  # monitor.reward_hot_reload: changed reward files and overrides.yaml, per update
-        if overrides_path is not None and reward_suite is not None:
+        if run is not None and mon.reward_hot_reload and reward_suite is not None:
             from rlft.rewards.reload import RewardReloader
 
-            self.reloader = RewardReloader(reward_suite, overrides_path)
+            self.reloader = RewardReloader(reward_suite, run.root / "overrides.yaml")
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
-        self.kl_ctl = make_kl_controller(s.init_kl_coef, s.target_kl, s.adaptive_kl and s.init_kl_coef > 0,
-                                         s.kl_horizon)
+        coef = self.initial_kl_coef
+        self.kl_ctl = make_kl_controller(coef, sec.target_kl, sec.adaptive_kl and coef > 0, sec.kl_horizon)
         self.eval_start: dict | None = None
         self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
         self.env_guard = env_guard
         self._envs: list = []
         self.episode_eval_rows = episode_eval_rows or []
-        self._worker: GenerationWorker | None = None  # the async sampler (settings.max_steps_off_policy)
+        self._worker: GenerationWorker | None = None  # the async sampler (<section>.async.max_steps_off_policy)
         self._clock: LearnerClock | None = None
         self._async_metrics: dict = {}
         if env_factory is not None and self.episode_eval_rows:
             self.evaluation = self._evaluate_episodes  # eval.start / eval.end as episode return and success rate
         self.current_flos = 0
         world = self.accelerator.num_processes
+        s = self.schedule
         if s.batch_size % world or s.mini_batch_size % world:
             from rlft.run import RunError
 
@@ -132,6 +100,28 @@ class RlftPPOTrainer(Trainer):
         self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
         self.local_mini = s.mini_batch_size // world
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
+
+    # --- what a subclass running another algorithm on this loop changes -------------------------
+    def make_schedule(self, cfg: RlftConfig, num_rows: int) -> LoopSchedule:
+        return ppo_loop_schedule(cfg)
+
+    @property
+    def initial_kl_coef(self) -> float:
+        return self.cfg.ppo.init_kl_coef
+
+    @property
+    def kl_estimator(self) -> str:
+        """The per-token KL estimate in the reward (a kind of rlft.algos.kl_penalty_per_token)."""
+        return self.cfg.ppo.kl_penalty
+
+    def loss(self, batch: dict, idx, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
+        """The loss and metrics of the minibatch `idx` from the learner's forward pass over it."""
+        p = self.cfg.ppo
+        mask = batch["mask"][idx]
+        return ppo_loss(logp_BT, batch["logp_old"][idx], batch["advantages"][idx], values_BT * mask,
+                        batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV), mask,
+                        clip_range=p.clip_range, clip_range_value=p.cliprange_value, vf_coef=p.vf_coef,
+                        ent_coef=p.ent_coef)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:
@@ -186,17 +176,17 @@ class RlftPPOTrainer(Trainer):
         """This process's prompts for an update: a fresh seeded permutation per pass over the data,
         a pure function of the update index so a resumed run samples the same prompts."""
         n = len(self.train_rows)
-        first = update * self.settings.batch_size + self.accelerator.process_index * self.local_batch
+        first = update * self.schedule.batch_size + self.accelerator.process_index * self.local_batch
         rows = []
         for e in range(first, first + self.local_batch):
             epoch, i = divmod(e, n)
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.settings.seed + epoch))
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.train.seed + epoch))
             rows.append(self.train_rows[int(perm[i])])
         return rows
 
     def _params(self) -> SamplingParams:
-        st = self.settings
-        return SamplingParams(temperature=st.temperature, top_p=st.top_p, max_new_tokens=st.max_tokens)
+        sec = self.section
+        return SamplingParams(temperature=sec.temperature, top_p=sec.top_p, max_new_tokens=sec.max_tokens)
 
     def _envs_for(self, n: int, pool: list | None = None) -> list:
         """n environment instances from `pool` (the learner's by default), one per episode slot, reused across
@@ -208,10 +198,10 @@ class RlftPPOTrainer(Trainer):
 
     def _sample_episodes(self, rows: list[dict], sampler=None) -> dict:
         """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
-        s, device = self.settings, self.accelerator.device
+        cfg, device = self.cfg, self.accelerator.device
         policy, tok, envs = sampler or (self.policy, self.processing_class, self._envs_for(len(rows)))
-        eps = run_episodes(policy, tok, envs, rows, [s.seed] * len(rows),
-                           self._params(), s.max_episode_length, s.max_seq_length,
+        eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
+                           self._params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
                            prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
         b = collate_episodes(eps, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         prompt_ids, prompt_mask = b.prompt_ids_BP.to(device), b.prompt_mask_BP.to(device)
@@ -258,7 +248,7 @@ class RlftPPOTrainer(Trainer):
         else:
             logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits
             values_BT = None
-        logits_BTV = logits[:, P - 1:-1].float() / self.settings.temperature
+        logits_BTV = logits[:, P - 1:-1].float() / self.section.temperature
         logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
         logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
         return logp_BT, values_BT, logits_BTV, logp_BTV
@@ -276,7 +266,7 @@ class RlftPPOTrainer(Trainer):
     # --- one update ----------------------------------------------------------------------------
     @torch.no_grad()
     def rollout(self, update: int) -> dict:
-        s = self.settings
+        p = self.cfg.ppo
         rows = self._rows_for_update(update)
         batch = self._sampled(update, rows)
         episodes = batch.get("episodes")
@@ -291,10 +281,10 @@ class RlftPPOTrainer(Trainer):
                 self.reward_log.write(update + 1, logs)
         mask = batch["mask"]
         logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
-        ref = self._reference_logps(batch) if s.init_kl_coef > 0 or self.ref_model is not None else None
+        ref = self._reference_logps(batch) if self.initial_kl_coef > 0 or self.ref_model is not None else None
         if ref is not None:
             logp_ref, _, _, logp_ref_BTV = ref
-            kl_BT = kl_penalty_per_token(logp_old, logp_ref, s.kl_penalty, logp_old_BTV, logp_ref_BTV)
+            kl_BT = kl_penalty_per_token(logp_old, logp_ref, self.kl_estimator, logp_old_BTV, logp_ref_BTV)
             kl_policy_ref = masked_mean(logp_old - logp_ref, mask)  # per-token mean log-ratio, as GRPO logs it
         else:
             kl_BT = torch.zeros_like(logp_old)
@@ -303,7 +293,7 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = batch["env_rewards"] - self.kl_ctl.value * kl_BT * mask
         else:
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
-        adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, s.gamma, s.lam)
+        adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, p.gamma, p.lam)
         adv_BT = masked_whiten(adv_BT, mask)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
             adv_BT = adv_BT * weights_BT
@@ -359,7 +349,7 @@ class RlftPPOTrainer(Trainer):
         when it is older than the limit)."""
         if self._worker is None:
             return self._sample(rows)
-        item, staleness = take_fresh(self._worker, self._clock, update, self.settings.max_steps_off_policy)
+        item, staleness = take_fresh(self._worker, self._clock, update, self.section.async_.max_steps_off_policy)
         self._async_metrics["time/generation_s"] = item.span[1] - item.span[0]
         self._async_metrics["async/dropped"] = float(len(rows)) if staleness is None else 0.0
         self._async_metrics.update(staleness_metrics([staleness or 0]))
@@ -371,7 +361,6 @@ class RlftPPOTrainer(Trainer):
 
         sampler, load = sampler_copy(self.policy)
         tokenizer, envs = copy.deepcopy(self.processing_class), []  # its own: neither is safe to share with a thread
-        s = self.settings
 
         def generate(rows, chunks):
             with torch.no_grad():
@@ -382,11 +371,11 @@ class RlftPPOTrainer(Trainer):
 
         def batches():
             update = first_update
-            while update < s.num_updates:
+            while update < self.schedule.num_updates:
                 yield update, self._rows_for_update(update)
                 update += 1
 
-        self._worker = GenerationWorker(batches(), generate, load, s.max_steps_off_policy,
+        self._worker = GenerationWorker(batches(), generate, load, self.section.async_.max_steps_off_policy,
                                         first_version=first_update).start()
         self._clock = LearnerClock()
 
@@ -405,25 +394,21 @@ class RlftPPOTrainer(Trainer):
 
     def optimize(self, batch: dict) -> dict:
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
-        s, model, acc = self.settings, self.model, self.accelerator
+        model, acc = self.model, self.accelerator
         n = self.local_batch
         mb = min(self.local_mini, n)
-        accum = s.minibatches_per_step
+        accum = self.schedule.minibatches_per_step
         sums: dict[str, float] = {}
         count = 0
         grad_norms = []
-        gen = torch.Generator().manual_seed(s.seed * 100003 + self.state.global_step)
+        gen = torch.Generator().manual_seed(self.cfg.train.seed * 100003 + self.state.global_step)
         model.train()
-        for _ in range(s.ppo_epochs):
+        for _ in range(self.section.ppo_epochs):
             order = torch.randperm(n, generator=gen).to(acc.device)
             minibatches = [order[i:i + mb] for i in range(0, n, mb)]
             for k, idx in enumerate(minibatches):
                 logp, values, logits_BTV, _ = self._forward(model, batch, idx)
-                mask = batch["mask"][idx]
-                loss, m = ppo_loss(logp, batch["logp_old"][idx], batch["advantages"][idx], values * mask,
-                                   batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV),
-                                   mask, clip_range=s.clip_range, clip_range_value=s.cliprange_value,
-                                   vf_coef=s.vf_coef, ent_coef=s.ent_coef)
+                loss, m = self.loss(batch, idx, logp, values, logits_BTV)
                 m["loss"] = float(loss.detach())
                 acc.backward(loss / accum)
                 last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
@@ -457,7 +442,7 @@ class RlftPPOTrainer(Trainer):
 
         rows = self.episode_eval_rows
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.settings.seed + EVAL_SEED_OFFSET)
+            torch.manual_seed(self.cfg.train.seed + EVAL_SEED_OFFSET)
             eps = self._sample_episodes(rows)["episodes"]
         m = episode_metrics(eps)
         return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
@@ -490,7 +475,7 @@ class RlftPPOTrainer(Trainer):
 
     # --- the loop ------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | None = None, **kwargs):
-        s, args = self.settings, self.args
+        s, args = self.schedule, self.args
         self.create_optimizer_and_scheduler(num_training_steps=s.num_updates * s.optimizer_steps_per_update)
         self.model, self.optimizer, self.lr_scheduler = self.accelerator.prepare(
             self.model, self.optimizer, self.lr_scheduler)
@@ -511,13 +496,13 @@ class RlftPPOTrainer(Trainer):
                 self._worker = None
 
     def _loop(self):
-        s, args = self.settings, self.args
+        s, args = self.schedule, self.args
         while self.state.global_step < s.num_updates:
             if self.eval_start is None and self.state.global_step == 0:
                 self.eval_start = self.evaluate_reward()
                 if self.eval_start is not None:
                     self.eval_out["start"] = self.eval_start
-            if s.max_steps_off_policy is not None:  # the sampler may start on this update's weights
+            if self.section.async_.max_steps_off_policy is not None:  # the sampler may start on this update's weights
                 if self._worker is None:
                     self._start_sampler(self.state.global_step)  # a resumed run starts with empty queues
                 self._worker.publish(self.state.global_step, trainable_weights(self.policy))

@@ -9,36 +9,23 @@ step each.
 
 from __future__ import annotations
 
-import math
+from typing import TYPE_CHECKING
 
+from rlft.algos.schedule import episode_grpo_loop_schedule
 from rlft.config.compose import Composed
-from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 
-
-def num_updates(cfg: RlftConfig, num_rows: int) -> int:
-    t = cfg.train
-    return t.max_steps if t.max_steps > 0 else max(1, math.ceil(t.num_train_epochs * num_rows / cfg.grpo.batch_size))
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
 
 
-def settings(cfg: RlftConfig, num_rows: int):
-    from rlft.trainers.grpo_episodes import EpisodeGRPOSettings
-
-    g, t = cfg.grpo, cfg.train
+def check_layout(cfg: RlftConfig) -> None:
+    """An update's episodes split into grpo.num_substeps equal minibatches (RunError, exit 2, otherwise)."""
+    g = cfg.grpo
     episodes = g.batch_size * g.group_size
     if episodes % g.num_substeps:
         raise RunError(f"grpo.num_substeps ({g.num_substeps}) must divide grpo.batch_size x grpo.group_size "
                        f"({episodes} episodes per update)")
-    return EpisodeGRPOSettings(
-        batch_size=episodes, mini_batch_size=episodes // g.num_substeps, gradient_accumulation_steps=1,
-        ppo_epochs=g.ppo_epochs, clip_range=g.clip_range, vf_coef=0.0, ent_coef=0.0,
-        init_kl_coef=g.kl_penalty_coef, target_kl=g.target_kl, adaptive_kl=g.adaptive_kl and g.kl_penalty_coef > 0,
-        kl_horizon=g.kl_horizon, num_episodes=num_updates(cfg, num_rows) * episodes,
-        log_every=t.logging_steps, eval_every=t.eval_steps, save_every=t.save_steps,
-        temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens, seed=t.seed,
-        max_episode_length=cfg.env.max_episode_length, max_seq_length=t.max_seq_length,
-        group_size=g.group_size, baseline_mode=g.baseline_mode, episode_gamma=g.episode_gamma,
-        max_steps_off_policy=g.async_.max_steps_off_policy)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
@@ -52,7 +39,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     tokenizer = load_policy_tokenizer(cfg)
     env_factory, guard, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
-    s = settings(cfg, len(train_rows))
+    check_layout(cfg)
+    s = episode_grpo_loop_schedule(cfg, len(train_rows))
     with RunContext(cfg, composed, opts) as ctx:
         from transformers import TrainingArguments
 
@@ -66,12 +54,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:
             print(f"grpo over episodes: {s.num_updates} updates x {cfg.grpo.batch_size} rows x "
-                  f"{cfg.grpo.group_size} episodes; {s.ppo_epochs} epoch(s) x {cfg.grpo.num_substeps} minibatch(es)",
-                  file=sys.stderr)
+                  f"{cfg.grpo.group_size} episodes; {cfg.grpo.ppo_epochs} epoch(s) x {cfg.grpo.num_substeps} "
+                  f"minibatch(es)", file=sys.stderr)
         trainer = RlftEpisodeGRPOTrainer(
-            model=wrapped, args=TrainingArguments(**args), processing_class=tokenizer, settings=s,
-            train_rows=train_rows, reward_suite=None, callbacks=ctx.callbacks(),
-            completions_path=str(ctx.run.completions), log_completions=cfg.monitor.log_completions,
-            eval_out=ctx.eval, ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
+            model=wrapped, args=TrainingArguments(**args), processing_class=tokenizer, cfg=cfg,
+            train_rows=train_rows, reward_suite=None, callbacks=ctx.callbacks(), run=ctx.run, eval_out=ctx.eval,
+            ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
             env_factory=env_factory, env_guard=guard, episode_eval_rows=evals)
         return ctx.train(trainer, tokenizer)

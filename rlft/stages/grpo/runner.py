@@ -109,22 +109,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
                        f"batches only, so no step would ever run; lower grpo.batch_size or add data")
     evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder
     with RunContext(cfg, composed, opts) as ctx:
-        from rlft.trainers.grpo import GRPOHooks
-
         model = load_policy(cfg)
         suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        g = cfg.grpo
-        hooks = GRPOHooks(group_size=g.group_size, baseline_mode=g.baseline_mode,
-                          remove_constant_reward_groups=g.remove_constant_reward_groups,
-                          kl_penalty_mode=g.kl_penalty_mode, kl_penalty_coef=g.kl_penalty_coef,
-                          kl_discount_factor=g.kl_discount_factor, adaptive_kl=g.adaptive_kl, target_kl=g.target_kl,
-                          kl_horizon=g.kl_horizon, completions_path=str(ctx.run.completions),
-                          log_completions=cfg.monitor.log_completions,
-                          reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs else None,
-                          hot_reload=cfg.monitor.reward_hot_reload, overrides_path=str(ctx.run.root / "overrides.yaml"))
-        ref = load_reference(cfg) if g.kl_penalty_coef > 0 else None
-        trainer_class, extra = grpo_trainer_class(cfg)
-        trainer = trainer_class(
+        ref = load_reference(cfg) if cfg.grpo.kl_penalty_coef > 0 else None
+        trainer = grpo_trainer_class(cfg)(
             model=model,
             reward_funcs=trl_reward_funcs(suite),
             args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, composed),
@@ -132,10 +120,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             processing_class=tokenizer,
             peft_config=lora_config(cfg, model),
             callbacks=ctx.callbacks(),
-            hooks=hooks,
+            cfg=cfg,
+            run=ctx.run,
             reward_suite=suite,
             ref_model_for_kl=ref,
-            **extra,
         )
         evaluation = grpo_evaluation(cfg, evals, tokenizer, suite)
         if evaluation is not None:
@@ -151,19 +139,16 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
 
 def grpo_trainer_class(cfg: RlftConfig):
-    """(trainer class, its extra keyword arguments): sampling ahead of the learner when grpo.stream_minibatch or
-    grpo.async asks for it, TRL's synchronous loop otherwise."""
+    """The trainer: sampling ahead of the learner when grpo.stream_minibatch or grpo.async asks for it, TRL's
+    synchronous loop otherwise."""
     g = cfg.grpo
-    stream, lag = g.stream_minibatch.num_minibatches, g.async_.max_steps_off_policy
-    if stream is None and lag is None:
+    if g.stream_minibatch.num_minibatches is None and g.async_.max_steps_off_policy is None:
         from rlft.trainers.grpo import RlftGRPOTrainer
 
-        return RlftGRPOTrainer, {}
-    from rlft.trainers.grpo_async import AsyncGRPOTrainer, Overlap
+        return RlftGRPOTrainer
+    from rlft.trainers.grpo_async import AsyncGRPOTrainer
 
-    return AsyncGRPOTrainer, {"overlap": Overlap(max_steps_off_policy=lag or 0, num_minibatches=stream or 1,
-                                                 num_substeps=g.num_substeps, stream=stream is not None,
-                                                 decoupled=g.loss_fn == "ppo")}
+    return AsyncGRPOTrainer
 
 
 def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):

@@ -2,46 +2,32 @@
 own PPO trainer (TRL 1.x has none).
 
 Lifecycle, top to bottom: run folder -> model + tokenizer + value head -> data -> rewards ->
-trainer settings -> train -> final adapter + value_head.safetensors.
+trainer -> train -> final adapter + value_head.safetensors.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from rlft.algos.schedule import ppo_loop_schedule
 from rlft.config.compose import Composed
-from rlft.stages.ppo.spec import episodes_to_updates
-from rlft.stages.ppo.spec import schedule as ppo_schedule
-from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
+from rlft.stages.ppo.spec import schedule as ppo_schedule
 
-
-def ppo_settings(cfg: RlftConfig):
-    from rlft.trainers.ppo import PPOSettings
-
-    p = cfg.ppo
-    return PPOSettings(
-        batch_size=p.batch_size, mini_batch_size=p.mini_batch_size,
-        gradient_accumulation_steps=cfg.train.gradient_accumulation_steps, ppo_epochs=p.ppo_epochs,
-        clip_range=p.clip_range, cliprange_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef,
-        kl_penalty=p.kl_penalty, init_kl_coef=p.init_kl_coef, target_kl=p.target_kl, adaptive_kl=p.adaptive_kl,
-        kl_horizon=p.kl_horizon, gamma=p.gamma, lam=p.lam, num_episodes=p.num_episodes,
-        log_every=episodes_to_updates(p.log_interval, p.batch_size),
-        eval_every=episodes_to_updates(p.eval_interval, p.batch_size),
-        save_every=episodes_to_updates(p.save_interval, p.batch_size),
-        temperature=p.temperature, top_p=p.top_p, max_tokens=p.max_tokens,
-        seed=cfg.train.seed, max_episode_length=cfg.env.max_episode_length,
-        max_seq_length=cfg.train.max_seq_length, max_steps_off_policy=p.async_.max_steps_off_policy)
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
 
 
 def training_arguments(cfg: RlftConfig, output_dir: str):
     """transformers TrainingArguments for optimizer, scheduler, precision and saving; PPO's own
-    counts (updates, intervals) live in PPOSettings."""
+    counts (updates, intervals) are the trainer's schedule (rlft.algos.schedule)."""
     from transformers import TrainingArguments
 
     from rlft.models.hardware import common_training_args
 
     args = common_training_args(cfg, output_dir)
     args.update(per_device_train_batch_size=cfg.ppo.mini_batch_size, max_steps=-1,
-                save_steps=episodes_to_updates(cfg.ppo.save_interval, cfg.ppo.batch_size))
+                save_steps=ppo_loop_schedule(cfg).save_every)
     return TrainingArguments(**args)
 
 
@@ -164,19 +150,16 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             model=wrapped,
             args=training_arguments(cfg, str(ctx.run.checkpoints)),
             processing_class=tokenizer,
-            settings=ppo_settings(cfg),
+            cfg=cfg,
             train_rows=train_rows,
             evaluation=evaluation,
             reward_suite=suite,
             callbacks=ctx.callbacks(),
-            completions_path=str(ctx.run.completions),
-            reward_logs_path=str(ctx.run.root / "reward_logs.jsonl") if cfg.monitor.reward_logs and suite else None,
-            log_completions=cfg.monitor.log_completions,
+            run=ctx.run,
             eval_out=ctx.eval,
             ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
             env_factory=env_factory,
             env_guard=env_guard,
             episode_eval_rows=evals,
-            overrides_path=str(ctx.run.root / "overrides.yaml") if cfg.monitor.reward_hot_reload and suite else None,
         )
         return ctx.train(trainer, tokenizer)
