@@ -64,7 +64,7 @@ def test_first_update_equals_plain_policy_gradient(tmp_path):
     batch = trainer.rollout(0)
     got, params, metrics = _grads_of_update(trainer, batch)
     assert metrics["clipfrac"] == 0.0 and metrics["ratio"] == pytest.approx(1.0)
-    mask, adv = batch["mask"], batch["advantages"]
+    mask, adv = batch.mask_BT, batch.advantages_BT
     want = _reference_grads(trainer, batch, params, lambda logp, v, lg: -(adv * logp * mask).sum() / mask.sum())
     assert any(g is not None and g.abs().sum() > 0 for g in got)
     assert _close(got, want)
@@ -75,9 +75,9 @@ def test_value_and_entropy_terms_enter_with_their_coefficients(tmp_path):
 
     trainer = _trainer(tmp_path, "ppo.vf_coef=0.5", "ppo.ent_coef=0.01", "ppo.init_kl_coef=0.05")
     batch = trainer.rollout(0)
-    assert batch["metrics"]["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)  # adapter starts at zero
+    assert batch.metrics["kl_policy_ref"] == pytest.approx(0.0, abs=1e-6)  # adapter starts at zero
     got, params, _ = _grads_of_update(trainer, batch)
-    mask, adv, ret = batch["mask"], batch["advantages"], batch["returns"]
+    mask, adv, ret = batch.mask_BT, batch.advantages_BT, batch.returns_BT
 
     def loss(logp, values, logits):
         pg = -(adv * logp * mask).sum() / mask.sum()
@@ -88,3 +88,20 @@ def test_value_and_entropy_terms_enter_with_their_coefficients(tmp_path):
     head = [i for i, p in enumerate(params) if p is trainer.model.value_head.weight][0]
     assert got[head].abs().sum() > 0  # the value head trains
     assert _close(got, want)
+
+
+def test_a_minibatch_selects_rows_of_every_per_row_field():
+    from rlft.trainers.ppo import PPOBatch
+
+    B, L, T = 4, 5, 3
+    ids = torch.arange(B * L).view(B, L)
+    batch = PPOBatch(input_ids_BL=ids, attention_mask_BL=torch.ones(B, L), position_ids_BL=ids % L, prompt_len=2,
+                     mask_BT=torch.ones(B, T), logp_sampler_BT=-torch.rand(B, T), rows=[{"i": i} for i in range(B)],
+                     episodes=list("abcd"), advantages_BT=torch.arange(B * T, dtype=torch.float).view(B, T),
+                     metrics={"reward": 1.0})
+    mb = batch.select(torch.tensor([3, 1]))
+    assert mb.input_ids_BL.tolist() == [ids[3].tolist(), ids[1].tolist()] and mb.prompt_len == 2
+    assert torch.equal(mb.advantages_BT, batch.advantages_BT[[3, 1]])
+    assert torch.equal(mb.logp_sampler_BT, batch.logp_sampler_BT[[3, 1]])
+    assert mb.rows == [{"i": 3}, {"i": 1}] and mb.episodes == ["d", "b"]
+    assert mb.returns_BT is None and mb.rollouts is None and mb.metrics == {}  # the update's own records stay behind

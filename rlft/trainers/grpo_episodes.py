@@ -20,7 +20,7 @@ from rlft.algos import (
     LoopSchedule, discounted_returns, entropy_from_logits, episode_group_advantages, episode_grpo_loop_schedule,
     group_advantages, kl_penalty_per_token, masked_mean, ppo_loss,
 )
-from rlft.trainers.ppo import RlftPPOTrainer
+from rlft.trainers.ppo import PPOBatch, RlftPPOTrainer
 
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig
@@ -41,13 +41,12 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
     def kl_estimator(self) -> str:
         return "kl"  # the log-ratio, subtracted from the advantage
 
-    def loss(self, batch: dict, idx, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
+    def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
         # the clipped surrogate whatever grpo.loss_fn says (that key maps onto TRL's loss); no critic and no entropy
         # bonus: both terms weigh 0 (the value clip is then immaterial)
-        mask = batch["mask"][idx]
-        return ppo_loss(logp_BT, batch["logp_old"][idx], batch["advantages"][idx], values_BT * mask,
-                        batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV), mask,
-                        clip_range=self.cfg.grpo.clip_range, clip_range_value=0.2, vf_coef=0.0, ent_coef=0.0)
+        return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
+                        mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=self.cfg.grpo.clip_range,
+                        clip_range_value=0.2, vf_coef=0.0, ent_coef=0.0)
 
     def _rows_for_update(self, update: int) -> list[dict]:
         """This process's rows: batch_size / group_size distinct rows, each repeated group_size times
@@ -64,13 +63,13 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         return rows
 
     @torch.no_grad()
-    def rollout(self, update: int) -> dict:
+    def rollout(self, update: int) -> PPOBatch:
         g = self.cfg.grpo
         rows = self._rows_for_update(update)
         batch = self._sampled(update, rows)
-        episodes = batch["episodes"]
+        episodes = batch.episodes
         reward_metrics = self._episode_metrics(episodes)
-        mask = batch["mask"]
+        mask = batch.mask_BT
         logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
         K = max(1, max(ep.length for ep in episodes))
         turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
@@ -89,8 +88,9 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
             adv_BT = adv_BT * weights_BT
         zeros = torch.zeros_like(logp_old)
-        batch.update(rows=rows, logp_old=logp_old, values_old=zeros, advantages=adv_BT, returns=zeros)
-        batch["metrics"] = {
+        batch.rows, batch.logp_old_BT, batch.values_old_BT = rows, logp_old, zeros
+        batch.advantages_BT, batch.returns_BT = adv_BT, zeros
+        batch.metrics = {
             **reward_metrics,
             "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
             "kl_coef": self.kl_ctl.value,
@@ -102,7 +102,7 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         }
         return batch
 
-    def optimize(self, batch: dict) -> dict:
+    def optimize(self, batch: PPOBatch) -> dict:
         out = super().optimize(batch)
         for key in ("value_loss", "value_clipfrac"):  # no critic in GRPO
             out.pop(key, None)

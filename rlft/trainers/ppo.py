@@ -22,8 +22,10 @@ transformers' private Trainer methods used here are listed in rlft/trainers/trl_
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +47,48 @@ from rlft.rollout.offpolicy import (
 
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig
+    from rlft.rollout import Rollouts, Scores
     from rlft.run import RunDir
+
+
+@dataclass
+class PPOBatch:
+    """One update's episodes on this process, laid out for the learner: B rows of a left-padded prompt (P
+    tokens) and a completion (T tokens); L = P + T. Filled in two steps: sampling (ids, masks, the sampler's
+    log-probs) and the update's rollout (rewards, the learner's log-probs and values, advantages)."""
+    input_ids_BL: Tensor
+    attention_mask_BL: Tensor
+    position_ids_BL: Tensor                 # as generate() numbers positions
+    prompt_len: int                         # P
+    mask_BT: Tensor                         # 1 on action tokens: loss, GAE and metrics run over these
+    logp_sampler_BT: Tensor                 # the sampler's log-probs of the drawn tokens
+    rollouts: Rollouts | None = None        # single-turn: what rollout.sample drew
+    episodes: list | None = None            # multi-turn: one rlft.rollout.episodes.Episode per row
+    env_rewards_BT: Tensor | None = None    # multi-turn: step rewards on each turn's last action token
+    logp_behaviour_BT: Tensor | None = None  # async: the sampler copy's log-probs (it drew with older weights)
+    rows: list[dict] | None = None          # the data rows sampled from
+    scores: Scores | None = None            # single-turn: the rewards of each completion
+    logp_old_BT: Tensor | None = None       # the learner's log-probs before the update (the ratio's denominator)
+    values_old_BT: Tensor | None = None     # its values, 0 off the mask
+    advantages_BT: Tensor | None = None
+    returns_BT: Tensor | None = None
+    metrics: dict = field(default_factory=dict)  # the update's rollout metrics
+
+    def select(self, idx: Tensor) -> PPOBatch:
+        """The rows `idx` (a minibatch): every per-row tensor and list indexed; the update's own records
+        (rollouts, scores, metrics) stay with the whole batch."""
+        rows = idx.tolist()
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                value = value[idx]
+            elif f.name in ("rows", "episodes") and value is not None:
+                value = [value[i] for i in rows]
+            elif f.name in ("rollouts", "scores", "metrics"):
+                value = {} if f.name == "metrics" else None
+            out[f.name] = value
+        return PPOBatch(**out)
 
 
 class RlftPPOTrainer(Trainer):
@@ -114,14 +157,12 @@ class RlftPPOTrainer(Trainer):
         """The per-token KL estimate in the reward (a kind of rlft.algos.kl_penalty_per_token)."""
         return self.cfg.ppo.kl_penalty
 
-    def loss(self, batch: dict, idx, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
-        """The loss and metrics of the minibatch `idx` from the learner's forward pass over it."""
+    def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
+        """The minibatch's loss and metrics from the learner's forward pass over it."""
         p = self.cfg.ppo
-        mask = batch["mask"][idx]
-        return ppo_loss(logp_BT, batch["logp_old"][idx], batch["advantages"][idx], values_BT * mask,
-                        batch["values_old"][idx], batch["returns"][idx], entropy_from_logits(logits_BTV), mask,
-                        clip_range=p.clip_range, clip_range_value=p.cliprange_value, vf_coef=p.vf_coef,
-                        ent_coef=p.ent_coef)
+        return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
+                        mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=p.clip_range,
+                        clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:
@@ -196,7 +237,7 @@ class RlftPPOTrainer(Trainer):
             pool.append(self.env_factory())
         return pool[:n]
 
-    def _sample_episodes(self, rows: list[dict], sampler=None) -> dict:
+    def _sample_episodes(self, rows: list[dict], sampler=None) -> PPOBatch:
         """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
         cfg, device = self.cfg, self.accelerator.device
         policy, tok, envs = sampler or (self.policy, self.processing_class, self._envs_for(len(rows)))
@@ -207,12 +248,12 @@ class RlftPPOTrainer(Trainer):
         prompt_ids, prompt_mask = b.prompt_ids_BP.to(device), b.prompt_mask_BP.to(device)
         attn = torch.cat([prompt_mask, b.attention_mask_BT.to(device)], dim=1)
         position_ids = (attn.cumsum(1) - 1).clamp_min(0)
-        return {"episodes": eps, "input_ids": torch.cat([prompt_ids, b.completion_ids_BT.to(device)], dim=1),
-                "attention_mask": attn, "position_ids": position_ids, "prompt_len": prompt_ids.shape[1],
-                "mask": b.action_mask_BT.to(device), "logp_sampler": b.logprobs_BT.to(device),
-                "env_rewards": b.rewards_BT.to(device)}
+        return PPOBatch(input_ids_BL=torch.cat([prompt_ids, b.completion_ids_BT.to(device)], dim=1),
+                        attention_mask_BL=attn, position_ids_BL=position_ids, prompt_len=prompt_ids.shape[1],
+                        mask_BT=b.action_mask_BT.to(device), logp_sampler_BT=b.logprobs_BT.to(device), episodes=eps,
+                        env_rewards_BT=b.rewards_BT.to(device))
 
-    def _sample(self, rows: list[dict], sampler=None) -> dict:
+    def _sample(self, rows: list[dict], sampler=None) -> PPOBatch:
         """One completion per row through the rollout layer, laid out for the learner's forward pass.
         `sampler`: (policy, tokenizer, envs) to sample with instead of the learner's (the async sampler)."""
         if self.env_factory is not None:
@@ -225,9 +266,10 @@ class RlftPPOTrainer(Trainer):
         completion_ids = r.completion_ids_BT.to(device)
         attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
         position_ids = (attn.cumsum(1) - 1).clamp_min(0)  # as generate() numbers positions
-        return {"rollouts": r, "input_ids": torch.cat([prompt_ids, completion_ids], dim=1), "attention_mask": attn,
-                "position_ids": position_ids, "prompt_len": prompt_ids.shape[1],
-                "mask": r.completion_mask_BT.to(device).float(), "logp_sampler": r.logprobs_BT.to(device)}
+        return PPOBatch(input_ids_BL=torch.cat([prompt_ids, completion_ids], dim=1), attention_mask_BL=attn,
+                        position_ids_BL=position_ids, prompt_len=prompt_ids.shape[1],
+                        mask_BT=r.completion_mask_BT.to(device).float(), logp_sampler_BT=r.logprobs_BT.to(device),
+                        rollouts=r)
 
     def _score(self, rows: list[dict], rollouts, count: bool = True):
         columns = {k: [row.get(k) for row in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
@@ -237,11 +279,10 @@ class RlftPPOTrainer(Trainer):
         totals = torch.tensor([float("nan") if t is None else t for t in scores.total], device=self.accelerator.device)
         return scores, totals
 
-    def _forward(self, model, batch: dict, idx=None, with_values: bool = True):
+    def _forward(self, model, batch: PPOBatch, with_values: bool = True):
         """Per-token log-probs, values and logits of the completion tokens (position t-1 predicts t)."""
-        sl = slice(None) if idx is None else idx
-        ids, attn, pos = batch["input_ids"][sl], batch["attention_mask"][sl], batch["position_ids"][sl]
-        P = batch["prompt_len"]
+        ids, attn, pos = batch.input_ids_BL, batch.attention_mask_BL, batch.position_ids_BL
+        P = batch.prompt_len
         if with_values:
             logits, values = model(input_ids=ids, attention_mask=attn, position_ids=pos)
             values_BT = values[:, P - 1:-1]
@@ -254,7 +295,7 @@ class RlftPPOTrainer(Trainer):
         return logp_BT, values_BT, logits_BTV, logp_BTV
 
     @torch.no_grad()
-    def _reference_logps(self, batch: dict):
+    def _reference_logps(self, batch: PPOBatch):
         if self.ref_model is not None:
             return self._forward(self.ref_model, batch, with_values=False)
         policy = self.policy
@@ -265,21 +306,21 @@ class RlftPPOTrainer(Trainer):
 
     # --- one update ----------------------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, update: int) -> dict:
+    def rollout(self, update: int) -> PPOBatch:
         p = self.cfg.ppo
         rows = self._rows_for_update(update)
         batch = self._sampled(update, rows)
-        episodes = batch.get("episodes")
+        episodes = batch.episodes
         if episodes is not None:
             reward_metrics = self._episode_metrics(episodes)
         else:
             self._reload_rewards()
-            batch["scores"], scores_B = self._score(rows, batch["rollouts"])
+            batch.scores, scores_B = self._score(rows, batch.rollouts)
             reward_metrics = self.reward_suite.metrics()
             logs = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
             if self.accelerator.is_main_process:
                 self.reward_log.write(update + 1, logs)
-        mask = batch["mask"]
+        mask = batch.mask_BT
         logp_old, values_old, _, logp_old_BTV, weights_BT = self._behaviour_logps(batch)
         ref = self._reference_logps(batch) if self.initial_kl_coef > 0 or self.ref_model is not None else None
         if ref is not None:
@@ -290,17 +331,17 @@ class RlftPPOTrainer(Trainer):
             kl_BT = torch.zeros_like(logp_old)
             kl_policy_ref = None
         if episodes is not None:  # step rewards already sit on each turn's last action token
-            rewards_BT = batch["env_rewards"] - self.kl_ctl.value * kl_BT * mask
+            rewards_BT = batch.env_rewards_BT - self.kl_ctl.value * kl_BT * mask
         else:
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
         adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, p.gamma, p.lam)
         adv_BT = masked_whiten(adv_BT, mask)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
             adv_BT = adv_BT * weights_BT
-        batch.update(rows=rows, logp_old=logp_old, values_old=values_old * mask,
-                     advantages=adv_BT, returns=returns_BT)
+        batch.rows, batch.logp_old_BT, batch.values_old_BT = rows, logp_old, values_old * mask
+        batch.advantages_BT, batch.returns_BT = adv_BT, returns_BT
         valid = ~torch.isnan(scores_B) if episodes is None else torch.ones(len(rows), dtype=torch.bool)
-        batch["metrics"] = {
+        batch.metrics = {
             **reward_metrics,
             "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
             "kl_penalty": self._mean(masked_mean(kl_BT, mask)),
@@ -325,26 +366,26 @@ class RlftPPOTrainer(Trainer):
             if self.accelerator.is_main_process:
                 logging.getLogger("rlft").warning("hot reload: %s", message)
 
-    def _behaviour_logps(self, batch: dict):
+    def _behaviour_logps(self, batch: PPOBatch):
         """(logp_old, values, logits, logp_BTV, weights_BT): the learner's forward pass over the batch. Its
         log-probs are the clipped ratio's denominator (the proximal policy). Where an async sampler drew the
         batch with older weights, weights_BT = pi_learner / pi_sampler per token multiplies the advantages
         (decoupled PPO, rlft.algos.behaviour_weights); None when the learner sampled the batch itself."""
         logp, values, logits, logp_BTV = self._forward(self.model, batch)
-        behaviour = batch.get("logp_behaviour")
+        behaviour = batch.logp_behaviour_BT
         if behaviour is None:
             return logp, values, logits, logp_BTV, None
-        w = behaviour_weights(logp, behaviour, batch["mask"])
-        self._async_metrics["async/behaviour_weight_mean"] = self._mean(masked_mean(w, batch["mask"]))
+        w = behaviour_weights(logp, behaviour, batch.mask_BT)
+        self._async_metrics["async/behaviour_weight_mean"] = self._mean(masked_mean(w, batch.mask_BT))
         return logp, values, logits, logp_BTV, w
 
-    def _sample_train_kl(self, batch: dict, logp_learner, mask) -> dict:
+    def _sample_train_kl(self, batch: PPOBatch, logp_learner, mask) -> dict:
         """kl_sample_train_v1/v2 between the policy that sampled the batch and the learner now."""
-        sampler = batch.get("logp_behaviour", batch["logp_sampler"])
+        sampler = batch.logp_behaviour_BT if batch.logp_behaviour_BT is not None else batch.logp_sampler_BT
         return {k: self._mean(v) for k, v in kl_sample_train(sampler, logp_learner, mask).items()}
 
     # --- sampling ahead (max_steps_off_policy) --------------------------------------------------
-    def _sampled(self, update: int, rows: list[dict]) -> dict:
+    def _sampled(self, update: int, rows: list[dict]) -> PPOBatch:
         """This update's batch: sampled now by the learner, or taken from the async sampler (re-sampled now
         when it is older than the limit)."""
         if self._worker is None:
@@ -366,7 +407,7 @@ class RlftPPOTrainer(Trainer):
             with torch.no_grad():
                 pool = self._envs_for(len(rows), envs) if self.env_factory else None
                 batch = self._sample(rows, (sampler, tokenizer, pool))
-                batch["logp_behaviour"] = self._forward(sampler, batch, with_values=False)[0]
+                batch.logp_behaviour_BT = self._forward(sampler, batch, with_values=False)[0]
             yield batch
 
         def batches():
@@ -392,7 +433,7 @@ class RlftPPOTrainer(Trainer):
         out["reward"], out["reward_std"] = out["episode_return"], out["episode_return_std"]
         return out
 
-    def optimize(self, batch: dict) -> dict:
+    def optimize(self, batch: PPOBatch) -> dict:
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
         model, acc = self.model, self.accelerator
         n = self.local_batch
@@ -407,8 +448,9 @@ class RlftPPOTrainer(Trainer):
             order = torch.randperm(n, generator=gen).to(acc.device)
             minibatches = [order[i:i + mb] for i in range(0, n, mb)]
             for k, idx in enumerate(minibatches):
-                logp, values, logits_BTV, _ = self._forward(model, batch, idx)
-                loss, m = self.loss(batch, idx, logp, values, logits_BTV)
+                minibatch = batch.select(idx)
+                logp, values, logits_BTV, _ = self._forward(model, minibatch)
+                loss, m = self.loss(minibatch, logp, values, logits_BTV)
                 m["loss"] = float(loss.detach())
                 acc.backward(loss / accum)
                 last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
@@ -443,7 +485,7 @@ class RlftPPOTrainer(Trainer):
         rows = self.episode_eval_rows
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.cfg.train.seed + EVAL_SEED_OFFSET)
-            eps = self._sample_episodes(rows)["episodes"]
+            eps = self._sample_episodes(rows).episodes
         m = episode_metrics(eps)
         return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
                 "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
@@ -452,24 +494,24 @@ class RlftPPOTrainer(Trainer):
         """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched)."""
         return None if self.evaluation is None else self.evaluation(self.policy)
 
-    def _write_completions(self, batch: dict) -> None:
+    def _write_completions(self, batch: PPOBatch) -> None:
         if not self.accelerator.is_main_process:
             return
-        mask = batch["mask"]
-        adv_B = (batch["advantages"] * mask).sum(1) / mask.sum(1).clamp_min(1)
-        if "episodes" in batch:  # whole episodes: every turn's action, observation and reward
-            n = self.completion_log.rows_to_write(len(batch["episodes"]))
+        mask = batch.mask_BT
+        adv_B = (batch.advantages_BT * mask).sum(1) / mask.sum(1).clamp_min(1)
+        if batch.episodes is not None:  # whole episodes: every turn's action, observation and reward
+            n = self.completion_log.rows_to_write(len(batch.episodes))
             if n:
                 import json
 
                 with open(self.completion_log.path, "a") as f:
-                    for ep, a in zip(batch["episodes"][:n], adv_B):
+                    for ep, a in zip(batch.episodes[:n], adv_B):
                         row = {"step": self.state.global_step, **ep.log_row(), "advantage": round(float(a), 6)}
                         f.write(json.dumps(row) + "\n")
             return
-        self.completion_log.write_rollouts(self.state.global_step, batch["rollouts"], batch["scores"],
+        self.completion_log.write_rollouts(self.state.global_step, batch.rollouts, batch.scores,
                                            advantages=[round(float(a), 6) for a in adv_B],
-                                           extra={"return": [round(float(g), 6) for g in batch["returns"][:, 0]],
+                                           extra={"return": [round(float(g), 6) for g in batch.returns_BT[:, 0]],
                                                   **({"reward_version": [self.reloader.version] * len(adv_B)}
                                                      if self.reloader is not None else {})})
 
@@ -510,7 +552,7 @@ class RlftPPOTrainer(Trainer):
                 self._async_metrics = {}
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             batch = self.rollout(self.state.global_step)
-            metrics = {**batch.pop("metrics"), **self.optimize(batch)}
+            metrics = {**batch.metrics, **self.optimize(batch)}
             if self._worker is not None:
                 metrics.update(self._async_metrics, **self._clock.end(self._worker.sampling_spans(time.perf_counter())))
             kl = metrics.get("kl_policy_ref")
