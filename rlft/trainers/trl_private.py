@@ -72,12 +72,13 @@ MEMBERS: tuple[Member, ...] = (
     Member(SFT, "_metrics", ATTRIBUTE, used_in="trainers/sft.py: AWR's entropy and nll appended"),
     Member(SFT, "compute_loss", OVERRIDE, ("model", "inputs", "return_outputs", "num_items_in_batch"),
            "trainers/sft.py: AWR's weighted loss"),
-    # --- transformers.Trainer (rlft/trainers/ppo.py, runtime.py) ------------------------------------
-    Member(TRAINER, "_save_checkpoint", CALL, ("model", "trial"), "trainers/ppo.py, runtime.py: checkpoint now"),
+    # --- transformers.Trainer (rlft/trainers/ppo.py, runtime/) ---------------------------------------
+    Member(TRAINER, "_save_checkpoint", CALL, ("model", "trial"),
+           "trainers/ppo.py, runtime/context.py: checkpoint now"),
     Member(TRAINER, "_load_from_checkpoint", OVERRIDE, ("resume_from_checkpoint", "model"),
            "trainers/ppo.py: adapter + value head"),
     Member(TRAINER, "_load_from_checkpoint", CALL, ("resume_from_checkpoint",),
-           "runtime.py: redo an interrupted final save"),
+           "runtime/final.py: redo an interrupted final save"),
     Member(TRAINER, "_load_optimizer_and_scheduler", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
     Member(TRAINER, "_load_rng_state", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
     Member(TRAINER, "save_model", OVERRIDE, ("output_dir", "_internal_call"), "trainers/ppo.py: adapter + value head"),
