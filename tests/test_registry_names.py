@@ -18,10 +18,29 @@ def test_names_match_the_registries():
     assert names.TOO_LONG_MODES == TOO_LONG_MODES
 
 
+def test_names_match_the_registries_trainers_look_pieces_up_in():
+    from rlft.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+
+    assert names.KL_PENALTIES == KL_ESTIMATORS.names()
+    assert names.POLICY_LOSSES == POLICY_LOSSES.names()
+    assert names.ADVANTAGE_ESTIMATORS == ADVANTAGE_ESTIMATORS.names()
+
+
+def test_env_names_match_the_registry_and_the_static_table():
+    from rlft.config.env_spec import BUILTIN_ENVS
+    from rlft.envs.registry import ENVS
+
+    assert names.ENVS == ENVS.names() == tuple(BUILTIN_ENVS)
+    for name in names.ENVS:  # validate-config's table points at the class the registry holds
+        cls = ENVS.get(name)
+        assert BUILTIN_ENVS[name] == f"{cls.__module__}:{cls.__qualname__}"
+
+
 def test_the_schema_allows_exactly_those_names():
     specs = leaf_specs()
     assert tuple(specs["awr.baseline"].choices) == names.AWR_BASELINES
     assert tuple(specs["ppo.kl_penalty"].choices) == names.KL_PENALTIES
     assert tuple(specs["rs_sft.keep"].choices) == names.KEEP_RULES
     assert tuple(specs["data.too_long"].choices) == names.TOO_LONG_MODES
+    assert tuple(specs["grpo.loss_fn"].choices) == names.POLICY_LOSSES
     assert all(n in specs["grpo.baseline_mode"].help for n in names.GRPO_BASELINES)

@@ -1,22 +1,27 @@
 """Pure tensor math for RL fine-tuning: advantages, KL penalties, KL control, AWR weights, the RS-SFT keep rule,
-and the counts of rlft's own RL loop.
+and the registries of the pluggable pieces (advantage estimators, policy losses, KL estimators, GRPO baselines).
 
-Names load their module on first use, so `rlft.algos.schedule` (plain arithmetic) imports without torch."""
+Names load their module on first use, so `rlft.algos.schedule` (plain arithmetic) and `rlft.algos.registry`
+import without torch."""
 
 from rlft.lazy import lazy_attributes
 
 _MODULES = {
-    "advantages": ("BASELINE_MODES", "constant_group_mask", "discounted_returns",
+    "advantages": ("BASELINES", "BASELINE_MODES", "constant_group_mask", "discounted_returns",
                    "episode_group_advantages", "expand_group_mask", "get_baseline", "group_advantages",
                    "register_baseline"),
     "awr": ("AWR_BASELINES", "awr_advantages", "awr_metrics", "awr_weights", "effective_sample_size",
             "fraction_clipped", "normalize_advantages", "weighted_nll"),
-    "kl": ("KL_PENALTIES", "discounted_future_sum", "entropy_from_logp", "k3_kl",
+    "estimators": ("ADVANTAGE_ESTIMATORS", "episode_return_advantages", "gae_advantages"),
+    "kl": ("KL_ESTIMATORS", "KL_PENALTIES", "discounted_future_sum", "entropy_from_logp", "k3_kl",
            "kl_penalty_advantages", "kl_penalty_per_token", "kl_sample_train", "masked_mean"),
     "kl_control": ("AdaptiveKLController", "FixedKLController", "adaptive_kl_update", "make_kl_controller"),
     "offpolicy": ("behaviour_weights",),
-    "ppo": ("clipped_surrogate", "clipped_value_loss", "entropy_from_logits", "explained_variance", "gae", "last_token_index",
+    "policy_loss": ("POLICY_LOSSES", "PolicyLoss", "clipped_surrogate", "importance_sampling",
+                    "register_policy_loss"),
+    "ppo": ("clipped_value_loss", "entropy_from_logits", "explained_variance", "gae", "last_token_index",
             "masked_var", "masked_whiten", "ppo_loss", "shape_rewards"),
+    "registry": ("Registry",),
     "rejection": ("KEEP_RULES", "keep_mask"),
     "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "episodes_to_updates", "ppo_loop_schedule"),
 }

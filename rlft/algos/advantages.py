@@ -20,9 +20,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from rlft.algos.registry import Registry
+
 BaselineFn = Callable[[Tensor, int, Tensor], Tensor]
 
-_BASELINES: dict[str, BaselineFn] = {}
+BASELINES: Registry[BaselineFn] = Registry("baseline")
 
 
 def register_baseline(name: str) -> Callable[[BaselineFn], BaselineFn]:
@@ -32,21 +34,16 @@ def register_baseline(name: str) -> Callable[[BaselineFn], BaselineFn]:
     is masked to 0 at invalid positions afterwards, so a baseline need not
     care about NaNs.
     """
-
-    def deco(fn: BaselineFn) -> BaselineFn:
-        _BASELINES[name] = fn
-        return fn
-
-    return deco
+    return BASELINES.register(name)
 
 
 def get_baseline(name: str | BaselineFn) -> BaselineFn:
     """Resolve a built-in baseline by name, or a user one as ``"pkg.module:function"``."""
     if callable(name):
         return name
-    if name in _BASELINES:
-        return _BASELINES[name]
-    valid = ", ".join(sorted(_BASELINES))
+    if name in BASELINES:
+        return BASELINES.get(name)
+    valid = ", ".join(sorted(BASELINES.names()))
     if ":" not in name:
         raise ValueError(
             f"unknown baseline {name!r}; valid names: {valid} "
@@ -143,7 +140,7 @@ def _leave_one_out(rewards_PG: Tensor, group_size: int, valid_PG: Tensor) -> Ten
     return torch.where(n >= 2, adv, torch.zeros_like(adv)).reshape(-1)
 
 
-BASELINE_MODES: tuple[str, ...] = tuple(_BASELINES)
+BASELINE_MODES: tuple[str, ...] = BASELINES.names()
 
 
 def group_advantages(

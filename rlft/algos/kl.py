@@ -6,8 +6,12 @@ completion) tokens and 0 on prompt/padding tokens.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
+
+from rlft.algos.registry import Registry
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -89,26 +93,45 @@ def k3_kl(logp_policy: Tensor, logp_ref: Tensor) -> Tensor:
     return torch.exp(log_ratio) - log_ratio - 1
 
 
-KL_PENALTIES = ("kl", "abs", "mse", "full")
+KLEstimator = Callable[..., Tensor]
+
+#: Per-token KL(policy || ref) estimates for PPO's reward shaping (`ppo.kl_penalty`), in nats per token:
+#: fn(logp_BT, logp_ref_BT, logp_BTV=None, logp_ref_BTV=None) -> kl_BT; the full-vocabulary log-probabilities
+#: are passed for estimators that need them.
+KL_ESTIMATORS: Registry[KLEstimator] = Registry("kl_penalty")
+
+
+@KL_ESTIMATORS.register("kl")
+def kl_log_ratio(logp_BT: Tensor, logp_ref_BT: Tensor, logp_BTV=None, logp_ref_BTV=None) -> Tensor:
+    """k1: the log-ratio d = logp - logp_ref (unbiased, can be negative)."""
+    return logp_BT - logp_ref_BT
+
+
+@KL_ESTIMATORS.register("abs")
+def kl_abs(logp_BT: Tensor, logp_ref_BT: Tensor, logp_BTV=None, logp_ref_BTV=None) -> Tensor:
+    """|d|."""
+    return (logp_BT - logp_ref_BT).abs()
+
+
+@KL_ESTIMATORS.register("mse")
+def kl_mse(logp_BT: Tensor, logp_ref_BT: Tensor, logp_BTV=None, logp_ref_BTV=None) -> Tensor:
+    """k2: d^2 / 2."""
+    return 0.5 * (logp_BT - logp_ref_BT) ** 2
+
+
+@KL_ESTIMATORS.register("full")
+def kl_full(logp_BT: Tensor, logp_ref_BT: Tensor, logp_BTV: Tensor | None = None,
+            logp_ref_BTV: Tensor | None = None) -> Tensor:
+    """Exact sum_v p(v) (log p(v) - log p_ref(v)) over the vocabulary."""
+    if logp_BTV is None or logp_ref_BTV is None:
+        raise ValueError("kl_penalty 'full' needs the full-vocabulary log-probabilities of policy and reference")
+    return (logp_BTV.exp() * (logp_BTV - logp_ref_BTV)).sum(dim=-1)
+
+
+KL_PENALTIES = KL_ESTIMATORS.names()
 
 
 def kl_penalty_per_token(logp_BT: Tensor, logp_ref_BT: Tensor, kind: str = "kl",
                          logp_BTV: Tensor | None = None, logp_ref_BTV: Tensor | None = None) -> Tensor:
-    """Per-token KL(policy || ref) estimate for PPO's reward shaping, in nats per token.
-
-    ``kl`` = log-ratio d = logp - logp_ref (k1, unbiased, can be negative), ``abs`` = |d|,
-    ``mse`` = d^2 / 2, ``full`` = exact sum_v p(v) (log p(v) - log p_ref(v)) over the vocabulary,
-    which needs the full log-probabilities ``logp_BTV`` / ``logp_ref_BTV``.
-    """
-    d_BT = logp_BT - logp_ref_BT
-    if kind == "kl":
-        return d_BT
-    if kind == "abs":
-        return d_BT.abs()
-    if kind == "mse":
-        return 0.5 * d_BT**2
-    if kind == "full":
-        if logp_BTV is None or logp_ref_BTV is None:
-            raise ValueError("kl_penalty 'full' needs the full-vocabulary log-probabilities of policy and reference")
-        return (logp_BTV.exp() * (logp_BTV - logp_ref_BTV)).sum(dim=-1)
-    raise ValueError(f"unknown kl_penalty {kind!r}; allowed: {', '.join(KL_PENALTIES)}")
+    """Per-token KL(policy || ref) estimate `kind` (a name in KL_ESTIMATORS), in nats per token."""
+    return KL_ESTIMATORS.get(kind)(logp_BT, logp_ref_BT, logp_BTV, logp_ref_BTV)

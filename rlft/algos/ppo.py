@@ -1,4 +1,5 @@
-"""PPO math: reward shaping, GAE(gamma, lambda), whitening, the clipped policy and value losses.
+"""PPO math: reward shaping, GAE(gamma, lambda), whitening, the clipped value loss and the total loss (the
+clipped policy loss is in rlft.algos.policy_loss).
 
 Shapes: ``B`` episodes by ``T`` completion tokens; ``mask_BT`` is 1 on action tokens (sampled
 by the policy) and 0 on padding and observation tokens. Token ``t``'s value and log-prob are
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from rlft.algos.kl import masked_mean
+from rlft.algos.policy_loss import POLICY_LOSSES
 
 
 def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
@@ -81,27 +83,6 @@ def gae(rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float, la
     return adv_BT, (adv_BT + values_BT) * m_BT
 
 
-def clipped_surrogate(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, mask_BT: Tensor,
-                      clip_range: float) -> tuple[Tensor, dict]:
-    """PPO policy loss mean_m max(-A r, -A clip(r, 1 - eps, 1 + eps)), r = exp(logp - logp_old).
-
-    Metrics: ``clipfrac`` (share of tokens where the clipped term wins) and ``approx_kl``
-    (0.5 * mean (logp - logp_old)^2, the learner's drift from the sampler in this pass).
-    """
-    log_ratio_BT = logp_BT - logp_old_BT
-    ratio_BT = torch.exp(log_ratio_BT)
-    loss1_BT = -adv_BT * ratio_BT
-    loss2_BT = -adv_BT * torch.clamp(ratio_BT, 1.0 - clip_range, 1.0 + clip_range)
-    loss = masked_mean(torch.max(loss1_BT, loss2_BT), mask_BT)
-    with torch.no_grad():
-        metrics = {
-            "clipfrac": float(masked_mean((loss2_BT > loss1_BT).to(adv_BT.dtype), mask_BT)),
-            "approx_kl": float(masked_mean(0.5 * log_ratio_BT**2, mask_BT)),
-            "ratio": float(masked_mean(ratio_BT, mask_BT)),
-        }
-    return loss, metrics
-
-
 def clipped_value_loss(values_BT: Tensor, values_old_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor,
                        clip_range_value: float) -> tuple[Tensor, dict]:
     """0.5 * mean_m max((V - G)^2, (clip(V, V_old +- eps_v) - G)^2); metric ``value_clipfrac``."""
@@ -122,9 +103,11 @@ def entropy_from_logits(logits_BTV: Tensor) -> Tensor:
 
 def ppo_loss(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, values_BT: Tensor, values_old_BT: Tensor,
              returns_BT: Tensor, entropy_BT: Tensor, mask_BT: Tensor, *, clip_range: float,
-             clip_range_value: float, vf_coef: float, ent_coef: float) -> tuple[Tensor, dict]:
-    """Total PPO loss = clipped surrogate + vf_coef * clipped value loss - ent_coef * entropy."""
-    pg, pg_m = clipped_surrogate(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range)
+             clip_range_value: float, vf_coef: float, ent_coef: float,
+             policy_loss: str = "ppo") -> tuple[Tensor, dict]:
+    """Total PPO loss = policy loss (`policy_loss` in POLICY_LOSSES: the clipped surrogate) + vf_coef * clipped
+    value loss - ent_coef * entropy."""
+    pg, pg_m = POLICY_LOSSES.get(policy_loss)(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range)
     vf, vf_m = clipped_value_loss(values_BT, values_old_BT, returns_BT, mask_BT, clip_range_value)
     ent = masked_mean(entropy_BT, mask_BT)
     loss = pg + vf_coef * vf - ent_coef * ent

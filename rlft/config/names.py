@@ -1,5 +1,5 @@
-"""Names of rlft's built-in registries whose code imports torch (`rlft.algos`) or sits beside the config
-layer (`rlft.data`), importable without either: the schema's allowed values and `validate-config`'s
+"""Names of rlft's built-in registries whose code imports torch (`rlft.algos`) or is no part of the config
+layer (`rlft.data`, `rlft.envs`), importable without either: the schema's allowed values and `validate-config`'s
 did-you-mean read them here. tests/test_registry_names.py holds each tuple equal to its registry."""
 
 from __future__ import annotations
@@ -9,4 +9,6 @@ AWR_BASELINES = ("group_mean", "global_mean")                                   
 KL_PENALTIES = ("kl", "abs", "mse", "full")                                         # rlft.algos.kl
 KEEP_RULES = ("best", "above_threshold")                                            # rlft.algos.rejection
 TOO_LONG_MODES = ("truncate", "drop", "error")                                      # rlft.data.checks
-POLICY_LOSSES = ("importance_sampling", "ppo")                                    # GRPO loss_fn
+POLICY_LOSSES = ("importance_sampling", "ppo")                                      # rlft.algos.policy_loss
+ADVANTAGE_ESTIMATORS = ("gae", "episode_returns")                                   # rlft.algos.estimators
+ENVS = ("toolsim",)                                                                 # rlft.envs.registry

@@ -3,6 +3,10 @@
 `env.name` is a built-in (`toolsim`), `package.module:Class` or `path/to/file.py:Class` (relative paths
 are resolved against the config's folder, then the working directory). The checks that run no user code
 (what `validate-config` uses) live in :mod:`rlft.config.env_spec`; this module imports the class.
+
+Built-ins are registered with `@register_env("name")` on the class, in the module that defines it (listed
+at the end of this file); rlft/config/names.py `ENVS` and rlft.config.env_spec's `BUILTIN_ENVS` name the same
+ones without importing them (tests/test_registry_names.py holds the three equal).
 """
 
 from __future__ import annotations
@@ -10,14 +14,24 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from rlft.algos.registry import Registry
 from rlft.config.env_spec import BUILTIN_ENVS, EnvResolveError, check_env_spec, env_words, split_env_spec
 from rlft.rewards import registry as _reg
 
-__all__ = ["BUILTIN_ENVS", "EnvResolveError", "check_env_spec", "resolve_env_class"]
+__all__ = ["BUILTIN_ENVS", "ENVS", "EnvResolveError", "check_env_spec", "register_env", "resolve_env_class"]
+
+ENVS: Registry[type] = Registry("env")
+
+
+def register_env(name: str):
+    """Class decorator: the environment `env.name: <name>` builds."""
+    return ENVS.register(name)
 
 
 def resolve_env_class(spec: str, base_dir: str | Path | None = None) -> type:
-    """Import and return the class `spec` names (user code runs here, at import)."""
+    """The registered class `spec` names, or the class it points at (user code runs here, at import)."""
+    if isinstance(spec, str) and spec.strip() in ENVS:
+        return ENVS.get(spec.strip())
     module_part, attr = split_env_spec(spec)
     try:
         if _reg._looks_like_file(module_part):
@@ -36,3 +50,6 @@ def resolve_env_class(spec: str, base_dir: str | Path | None = None) -> type:
         raise EnvResolveError(f"{label} has {what} {attr!r} (env {spec!r}).{hint} "
                               f"Classes defined there: {', '.join(classes) or 'none'}.")
     return obj
+
+
+from rlft.envs import toolsim  # noqa: E402,F401 - the built-ins register on import

@@ -35,6 +35,8 @@ import random
 import re
 from typing import Any
 
+from rlft.envs.registry import register_env
+
 __all__ = ["REWARD_TABLE", "ToolSim"]
 
 #: The guide's reward table (reward units); every entry is also a ToolSim kwarg.
@@ -64,6 +66,7 @@ CHAT_TOOLS = [
 _ARG_TYPES = {"string": str, "number": (int, float)}
 
 
+@register_env("toolsim")
 class ToolSim:
     def __init__(self, variant: str = "tiny", steps: int = 2, forbidden_tools: list[str] | None = None,
                  **rewards: float):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 from trl.trainer.utils import pad, split_tensor_dict
 
-from rlft.algos import behaviour_weights, masked_mean
+from rlft.algos import POLICY_LOSSES, behaviour_weights, masked_mean
 from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
@@ -49,7 +49,7 @@ class Overlap:
     max_steps_off_policy: int       # training iterations the sampler's weights may lag (0 = on-policy)
     num_substeps: int               # optimizer steps per iteration (grpo.num_substeps)
     chunks: int                     # pieces each iteration's batch is handed over in (1 = whole)
-    decoupled: bool                 # loss_fn ppo: clip against the learner, weight by pi_learner / pi_sampler
+    decoupled: bool                 # a clipped loss: clip against the learner, weight by pi_learner / pi_sampler
 
 
 def overlap_of(cfg: RlftConfig) -> Overlap:
@@ -59,7 +59,7 @@ def overlap_of(cfg: RlftConfig) -> Overlap:
     stream = g.stream_minibatch.num_minibatches
     return Overlap(max_steps_off_policy=g.async_.max_steps_off_policy or 0, num_substeps=g.num_substeps,
                    chunks=g.num_substeps * stream if stream is not None else 1,
-                   decoupled=g.loss_fn == "ppo")
+                   decoupled=POLICY_LOSSES.get(g.loss_fn).clipped)
 
 
 class AsyncGRPOTrainer(RlftGRPOTrainer):

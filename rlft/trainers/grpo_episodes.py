@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from rlft.algos import (
-    LoopSchedule, discounted_returns, entropy_from_logits, episode_group_advantages, episode_grpo_loop_schedule,
-    group_advantages, kl_penalty_per_token, masked_mean, ppo_loss,
+    ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, discounted_returns, entropy_from_logits,
+    episode_grpo_loop_schedule, group_advantages, masked_mean, ppo_loss,
 )
 from rlft.trainers.ppo import PPOBatch, RlftPPOTrainer
 
@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
     """GRPO on `cfg.grpo` over episodes of `cfg.env`, on the PPO loop."""
     section_name = "grpo"
+    advantage_estimator = "episode_returns"
+    # the loop clips the ratio whatever grpo.loss_fn says (that key maps onto TRL's loss; this loop has always
+    # clipped at grpo.clip_range)
+    policy_loss = "ppo"
 
     def make_schedule(self, cfg: RlftConfig, num_rows: int) -> LoopSchedule:
         return episode_grpo_loop_schedule(cfg, num_rows)
@@ -42,11 +46,10 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         return "kl"  # the log-ratio, subtracted from the advantage
 
     def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
-        # the clipped surrogate whatever grpo.loss_fn says (that key maps onto TRL's loss); no critic and no entropy
-        # bonus: both terms weigh 0 (the value clip is then immaterial)
+        # no critic and no entropy bonus: both terms weigh 0 (the value clip is then immaterial)
         return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
                         mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=self.cfg.grpo.clip_range,
-                        clip_range_value=0.2, vf_coef=0.0, ent_coef=0.0)
+                        clip_range_value=0.2, vf_coef=0.0, ent_coef=0.0, policy_loss=self.policy_loss)
 
     def _rows_for_update(self, update: int) -> list[dict]:
         """This process's rows: batch_size / group_size distinct rows, each repeated group_size times
@@ -74,15 +77,16 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
         K = max(1, max(ep.length for ep in episodes))
         turn_rewards_BK = torch.tensor([[t["reward"] for t in ep.turns] + [0.0] * (K - ep.length) for ep in episodes])
         returns_B = discounted_returns(turn_rewards_BK, g.episode_gamma)
-        adv_BT = episode_group_advantages(turn_rewards_BK.to(mask.device), mask, g.group_size, g.baseline_mode,
-                                          g.episode_gamma)
+        adv_BT, _ = ADVANTAGE_ESTIMATORS.get(self.advantage_estimator)(
+            turn_rewards_BK=turn_rewards_BK.to(mask.device), mask_BT=mask, group_size=g.group_size,
+            baseline_mode=g.baseline_mode, gamma=g.episode_gamma)
         adv_B = group_advantages(returns_B, g.group_size, g.baseline_mode)  # for the metrics
         kl_policy_ref = None
         if self.kl_ctl.value > 0 or self.ref_model is not None:
             ref = self._reference_logps(batch)
             if ref is not None:
                 logp_ref, _, _, logp_ref_BTV = ref
-                kl_BT = kl_penalty_per_token(logp_old, logp_ref, self.kl_estimator, logp_old_BTV, logp_ref_BTV)
+                kl_BT = KL_ESTIMATORS.get(self.kl_estimator)(logp_old, logp_ref, logp_old_BTV, logp_ref_BTV)
                 adv_BT = adv_BT - self.kl_ctl.value * kl_BT * mask  # GRPO's KL in the advantage
                 kl_policy_ref = masked_mean(logp_old - logp_ref, mask)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight

@@ -35,8 +35,8 @@ from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
-    LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance, gae, kl_penalty_per_token,
-    kl_sample_train, make_kl_controller, masked_mean, masked_whiten, ppo_loop_schedule, ppo_loss, shape_rewards,
+    ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance,
+    kl_sample_train, make_kl_controller, masked_mean, ppo_loop_schedule, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
@@ -95,6 +95,8 @@ class RlftPPOTrainer(Trainer):
     """PPO on `cfg.ppo` (with `cfg.train`, `cfg.env`, `cfg.monitor`); a subclass may run another section's
     algorithm on the same loop (rlft.trainers.grpo_episodes)."""
     section_name = "ppo"                  # the config section the loop reads its algorithm's keys from
+    advantage_estimator = "gae"           # in rlft.algos.ADVANTAGE_ESTIMATORS
+    policy_loss = "ppo"                   # in rlft.algos.POLICY_LOSSES
 
     def __init__(self, model: PolicyWithValueHead, args, processing_class, cfg: RlftConfig,
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None, run: RunDir | None = None,
@@ -154,7 +156,7 @@ class RlftPPOTrainer(Trainer):
 
     @property
     def kl_estimator(self) -> str:
-        """The per-token KL estimate in the reward (a kind of rlft.algos.kl_penalty_per_token)."""
+        """The per-token KL estimate in the reward (a name in rlft.algos.KL_ESTIMATORS)."""
         return self.cfg.ppo.kl_penalty
 
     def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
@@ -162,7 +164,8 @@ class RlftPPOTrainer(Trainer):
         p = self.cfg.ppo
         return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
                         mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=p.clip_range,
-                        clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef)
+                        clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef,
+                        policy_loss=self.policy_loss)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:
@@ -325,7 +328,7 @@ class RlftPPOTrainer(Trainer):
         ref = self._reference_logps(batch) if self.initial_kl_coef > 0 or self.ref_model is not None else None
         if ref is not None:
             logp_ref, _, _, logp_ref_BTV = ref
-            kl_BT = kl_penalty_per_token(logp_old, logp_ref, self.kl_estimator, logp_old_BTV, logp_ref_BTV)
+            kl_BT = KL_ESTIMATORS.get(self.kl_estimator)(logp_old, logp_ref, logp_old_BTV, logp_ref_BTV)
             kl_policy_ref = masked_mean(logp_old - logp_ref, mask)  # per-token mean log-ratio, as GRPO logs it
         else:
             kl_BT = torch.zeros_like(logp_old)
@@ -334,8 +337,8 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = batch.env_rewards_BT - self.kl_ctl.value * kl_BT * mask
         else:
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
-        adv_BT, returns_BT = gae(rewards_BT, values_old * mask, mask, p.gamma, p.lam)
-        adv_BT = masked_whiten(adv_BT, mask)
+        adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(self.advantage_estimator)(
+            rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
             adv_BT = adv_BT * weights_BT
         batch.rows, batch.logp_old_BT, batch.values_old_BT = rows, logp_old, values_old * mask

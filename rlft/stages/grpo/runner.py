@@ -57,9 +57,11 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     )
     if g.generation_backend == "vllm":  # TRL's own vLLM path, LoRA weights synced to vLLM every step
         args.update(use_vllm=True, vllm_mode=g.vllm_mode)
-    if g.loss_fn == "ppo":
+    from rlft.algos import POLICY_LOSSES
+
+    if POLICY_LOSSES.get(g.loss_fn).clipped:
         args.update(epsilon=g.clip_range)
-    else:  # plain importance sampling: ratio * advantage, never clipped
+    else:  # ratio * advantage, never clipped: the ratio's range left open
         args.update(epsilon=1.0, epsilon_high=1e9)
     args.update(cfg.trl)
     return build_trl_config(GRPOConfig, args, cfg, composed)
