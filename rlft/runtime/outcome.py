@@ -44,6 +44,12 @@ def interrupted_twice(run: RunDir, rank: int, resume_command: str) -> int:
     return INTERRUPTED
 
 
+def failed(code: int | None) -> bool:
+    from rlft.monitor.summary import status_for
+
+    return status_for(code) == "failed"
+
+
 def exit_of(exc_type, exc, exit_code: int | None) -> tuple[int | None, str | None]:
     """(exit code, error) summary.json records for a run that ends with `exc` (None: ran through, with the code
     `train` returned); None for a failure."""

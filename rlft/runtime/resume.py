@@ -1,14 +1,21 @@
-"""Carrying out a resume plan: damaged checkpoints moved aside with a warning, the refusal raised, the resume
-announced; and the rlft state of the checkpoint chosen."""
+"""A run's `--resume`, carried out: the config checked, the plan's damaged checkpoints moved aside with a warning
+and its refusal raised, the checkpoint's rlft state loaded into the trainer (one that does not load is moved aside
+and the plan made again), and the logs cut back once the first step begins."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from rlft.run import COMPLETE_MARKER, RunDir, RunError, checkpoint_step
-from rlft.runtime.checkpoint_files import read_rlft_state
-from rlft.runtime.resume_plan import ProblemOf, ResumePlan, SetAside, newest_whole
+from rlft.config.compose import Composed
+from rlft.config.schema import RlftConfig
+from rlft.config.stages import get_spec
+from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step
+from rlft.runtime.checkpoint_files import checkpoint_problem, read_rlft_state
+from rlft.runtime.resume_config import check_resume_config
+from rlft.runtime.resume_logs import resume_logs
+from rlft.runtime.resume_plan import ProblemOf, ResumePlan, SetAside, aside_path, newest_whole, plan_resume, target_steps
+from rlft.runtime.saved_state import load_rlft_state, state_problem
 
 
 def set_aside(item: SetAside, rank: int) -> None:
@@ -39,8 +46,8 @@ def carry_out(plan: ResumePlan, run: RunDir, rank: int, *, first: bool = True) -
 
 
 def newest_checkpoint(folder: Path, rank: int, problem_of: ProblemOf) -> Path | None:
-    """The newest complete checkpoint in `folder` (None if there is none), for a stage that picks its own (one
-    folder per round); damaged ones are moved aside with a warning, as for `--resume`."""
+    """The newest complete checkpoint in `folder` (None if there is none); damaged ones are moved aside with a
+    warning, as for `--resume`."""
     folder = Path(folder)
     complete = sorted((p for p in folder.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
                       key=checkpoint_step) if folder.is_dir() else []
@@ -48,3 +55,60 @@ def newest_checkpoint(folder: Path, rank: int, problem_of: ProblemOf) -> Path | 
     for item in aside:
         set_aside(item, rank)
     return newest
+
+
+class Resume:
+    """The resume side of one run. A stage with its own resume (`own`: one folder per round) has no plan: it
+    picks its checkpoints through `newest_checkpoint` and sets `checkpoint` itself."""
+
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, rank: int, own: bool):
+        self.cfg, self.composed, self.opts, self.rank, self.own = cfg, composed, opts, rank, own
+        self.plan: ResumePlan | None = None
+        self.checkpoint: Path | None = None  # the checkpoint training continues from
+        self.state: dict = {}  # its rlft state
+        self.changes: dict = {}  # key -> (old, new), a resume with --allow-config-change
+
+    @property
+    def final_only(self) -> bool:
+        """A run killed during its final save: only redo that save."""
+        return self.plan is not None and self.plan.final_only
+
+    def open(self, run: RunDir) -> None:
+        """The run folder has opened (nothing loaded yet): check the config and carry out the plan."""
+        if not self.opts.resume:
+            return
+        self.changes = check_resume_config(run, self.cfg, self.opts.allow_config_change, self.rank)
+        if not self.own:
+            self._carry_out(plan_resume(run, target_steps(self.cfg), checkpoint_problem), run)
+
+    def _carry_out(self, plan: ResumePlan, run: RunDir, first: bool = True) -> None:
+        self.plan = plan
+        self.checkpoint, self.state = carry_out(plan, run, self.rank, first=first)
+
+    def load_state(self, trainer, run: RunDir, resume_command: str) -> None:
+        """The checkpoint's rlft state into `trainer`; one that does not load is moved aside and the plan made
+        again without it, before anything is trained."""
+        section = get_spec(self.cfg.stage).section
+        if self.checkpoint is None:
+            load_rlft_state(trainer, self.state, self.changes, section)
+        while self.checkpoint is not None and (problem := state_problem(trainer, self.state, self.changes, section)):
+            bad = self.checkpoint
+            if self.own:  # the stage chose it and dropped its rows: it chooses again on the next run
+                set_aside(SetAside(bad, problem, aside_path(bad), None), self.rank)
+                raise RunError(f"{bad.name} was damaged and is moved aside; run the same command again to resume "
+                               f"from the checkpoint before it: {resume_command}")
+            known = {bad: problem}
+            self._carry_out(plan_resume(run, target_steps(self.cfg), lambda p: known.get(p) or checkpoint_problem(p)),
+                            run, first=False)
+
+    def newest_checkpoint(self, folder: Path) -> Path | None:
+        """For a stage with its own resume: the newest whole checkpoint in `folder`, its rlft state read."""
+        newest = newest_checkpoint(folder, self.rank, checkpoint_problem)
+        self.state = read_rlft_state(newest) if newest is not None else {}
+        return newest
+
+    def step_begins(self, run: RunDir) -> None:
+        """The first step begins (everything has loaded): drop the logged rows of the steps trained again and
+        record a changed config. A resume that fails while loading leaves the run's files as they were."""
+        if self.plan is not None and self.plan.drop_rows_after is not None and self.rank == 0:
+            resume_logs(run, self.plan.drop_rows_after, self.cfg, self.composed, bool(self.changes))
