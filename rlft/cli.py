@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -74,20 +75,55 @@ def _print_problems(problems: list[Problem]) -> None:
              f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} warning{'s' if len(rest) - n_err != 1 else ''})")
 
 
+# rlft's own errors that end a command with "error: <message>" and this exit code (None: the error's own
+# `exit_code`), as (module, class): looked up among the modules already imported, so checking imports nothing
+USER_ERRORS = (("rlft.run", "RunError", None), ("rlft.models.weights", "ModelLoadError", 2),
+               ("rlft.stages", "StageNotBuilt", 2), ("rlft.folders", "FolderRefused", 2),
+               ("rlft.monitor.report.load", "ReportInputError", 2), ("rlft.reward_try", "TryError", 2))
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    for module, name, code in USER_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if cls is not None and isinstance(exc, cls):
+            return exc.exit_code if code is None else code
+    return None
+
+
+@contextmanager
+def _exits(config_note: Optional[str] = None, *, read_only: bool = False):
+    """The one mapping from errors to what the user sees and the exit code, around a command's work: a
+    ConfigError prints its problems (then `config_note`, `{errors}` filled with their count), exit 2; rlft's
+    own errors (USER_ERRORS) one line; `read_only`: a folder that cannot be written, one line, exit 2."""
+    try:
+        yield
+    except ConfigError as exc:
+        _print_problems(exc.problems)
+        if config_note:
+            n = sum(p.level == "error" for p in exc.problems)
+            _err(config_note.format(errors=f"{n} error{'s' if n != 1 else ''}"))
+        raise typer.Exit(2)
+    except OSError as exc:
+        if not read_only:
+            raise
+        _read_only_exit(exc)
+    except Exception as exc:
+        code = _exit_code(exc)
+        if code is None:
+            raise
+        _err(f"error: {exc}")
+        raise typer.Exit(code)
+
+
 def _load(stage: str, hw: str, files: Optional[List[Path]], overrides: Optional[List[str]], *, for_train=False,
           trains=True):
     """Compose + validate, turning ConfigError into printed problems and exit code 2."""
     from rlft.config.compose import compose
     from rlft.config.validate import validate
 
-    try:
+    with _exits("config invalid: {errors}"):
         composed = compose(stage, hw, files or [], overrides or [])
         cfg, warnings = validate(composed, for_train=for_train, trains=trains)
-    except ConfigError as exc:
-        _print_problems(exc.problems)
-        n = sum(p.level == "error" for p in exc.problems)
-        _err(f"config invalid: {n} error{'s' if n != 1 else ''}")
-        raise typer.Exit(2)
     _print_problems(warnings)
     return cfg, composed
 
@@ -183,11 +219,8 @@ def list_profiles() -> None:
     from rlft.config.render import first_comment_line
     from rlft.config.stages import SPECS
 
-    try:
+    with _exits():
         root = configs_dir()
-    except ConfigError as exc:
-        _print_problems(exc.problems)
-        raise typer.Exit(2)
     typer.echo("Stages (--stage):")
     for s in STAGES:
         tags = [t for t, on in (("experimental", SPECS[s].experimental), ("not built yet", not SPECS[s].built)) if on]
@@ -219,15 +252,12 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
     if init_std is not None and not init_std > 0:  # NaN too
         _err(f"error: --init-std must be > 0 (got {init_std})")
         raise typer.Exit(2)
-    from rlft.folders import FolderRefused, claim_output
+    from rlft.folders import claim_output
     from rlft.tiny import MARKER_FILE, build_tiny_model
 
-    try:
+    with _exits():
         claim_output(out_dir, "tiny-model", force=force, what="folder",
                      made_before=lambda folder: (folder / MARKER_FILE).is_file())
-    except FolderRefused as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
     kwargs = {} if init_std is None else {"init_std": init_std}
     path = build_tiny_model(out_dir, **kwargs)
     typer.echo(f"tiny model written to {path}")
@@ -247,7 +277,7 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
     from rlft.monitor.streams import protect_std_streams
 
     protect_std_streams()  # `rlft train ... | head`: a closed pipe must not stop training
-    from rlft.stages import StageNotBuilt, get_runner
+    from rlft.stages import get_runner
 
     if hw == "auto":
         from rlft.launch import detect_hw
@@ -255,52 +285,23 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         hw, why = detect_hw()
         _err(f"rlft: --hw auto picked `{hw}`: {why}")
     cfg, composed = _load(stage, hw, config, overrides, for_train=True)
-    try:
+    with _exits():
         runner = get_runner(stage)
-    except StageNotBuilt as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
-    from rlft.launch import needs_launch, preflight
+    from rlft.launch import needs_launch, preflight, relaunch
 
     problems = preflight(cfg, hw)
     for p in problems:
         _err(f"error: {p}")
     if problems:
         raise typer.Exit(3)
-    from rlft.models.loading import ModelLoadError
-    from rlft.run import RunError, RunOptions, check_writable, prepare_run_dir
+    from rlft.run import RunOptions, check_writable
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
                       argv=sys.argv[1:])
-    try:
+    # a ConfigError here: e.g. TRL rejected the settings while the stage built its trainer config
+    with _exits("config invalid: TRL rejected the settings", read_only=True):
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
-        if needs_launch(cfg):
-            from rlft.launch import launch
-
-            run = prepare_run_dir(cfg, composed, opts)  # once, before the processes start; holds the lock
-            argv = [a for a in sys.argv[1:] if a != "--overwrite"]
-            argv = _replace_hw(argv, hw) + [f"train.output_dir={run.root}"]
-            try:
-                code = launch(cfg, argv)
-            finally:
-                if run.replaced is not None:
-                    _err(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
-                         f"checkpoint); move it back or delete it")
-                run.release()
-            raise typer.Exit(code)
-        code = runner(cfg, composed, opts)
-    except ConfigError as exc:  # e.g. TRL rejected the settings while the stage built its trainer config
-        _print_problems(exc.problems)
-        _err("config invalid: TRL rejected the settings")
-        raise typer.Exit(2)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
-    except ModelLoadError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
-    except OSError as exc:
-        _read_only_exit(exc)
+        code = relaunch(cfg, composed, opts, hw, sys.argv[1:]) if needs_launch(cfg) else runner(cfg, composed, opts)
     raise typer.Exit(code or 0)
 
 
@@ -324,13 +325,10 @@ def report(runs: List[Path] = typer.Argument(..., help="Run folder(s), or jsonl 
            force: bool = typer.Option(False, "--force", help="Write into an -o folder that holds other files "
                                                              "(index.html and graphs/ are replaced).")) -> None:
     """Write an offline HTML report (reward graphs, reward logs, completions browser) and one PNG per graph."""
-    from rlft.monitor.report import ReportInputError, build_report
+    from rlft.monitor.report import build_report
 
-    try:
+    with _exits():
         res = build_report(runs, out, max_chars=max_chars, force=force)
-    except ReportInputError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
     if res.note:
         _err(f"rlft report: {res.note}")
     typer.echo(f"report written to {res.index} ({res.graphs} graphs in {res.index.parent / 'graphs'}, "
@@ -344,13 +342,9 @@ CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use
 
 def _target(path: Path, checkpoint: Optional[int]):
     from rlft.posttrain import resolve_target
-    from rlft.run import RunError
 
-    try:
+    with _exits():
         return resolve_target(path, checkpoint)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
 
 
 def _quiet() -> None:
@@ -388,22 +382,15 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
         _err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
     dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
-    from rlft.folders import FolderRefused, check_output_file
+    from rlft.folders import check_output_file
 
-    try:  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
+    with _exits():  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
         check_output_file(dest, force=force or (out is None and tgt.run_root is not None), what="-o file")
-    except FolderRefused as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
     _quiet()
     from rlft.posttrain import evaluate
-    from rlft.run import RunError
 
-    try:
+    with _exits():
         res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} completions")
     for name, value in res["rewards"].items():
@@ -448,13 +435,9 @@ def generate_cmd(target: Path = TARGET_ARG,
     tgt = _target(target, checkpoint)
     _quiet()
     from rlft.posttrain import generate
-    from rlft.run import RunError
 
-    try:
+    with _exits():
         rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
     last = None
     for row in rows:
         if row["prompt"] != last:
@@ -472,22 +455,13 @@ def export_cmd(target: Path = TARGET_ARG,
     from rlft.posttrain import check_export_dir
 
     tgt = _target(target, checkpoint)
-    from rlft.run import RunError
-
-    try:
+    with _exits():
         check_export_dir(out)  # before loading anything
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
     _quiet()
     from rlft.posttrain import export
-    from rlft.run import RunError
 
-    try:
+    with _exits():
         path = export(tgt, out, merge)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
     kind = "merged model" if merge else "adapter"
     typer.echo(f"{kind} written to {path} (load with "
                f"{'AutoModelForCausalLM' if merge else 'PeftModel'}.from_pretrained)")
@@ -504,14 +478,9 @@ PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name
 def _load_pipeline(path: Path, overrides: Optional[List[str]], hw: str):
     from rlft.pipeline.spec import check_pipeline, load_pipeline
 
-    try:
+    with _exits("pipeline invalid: {errors}"):
         pipe = load_pipeline(path)
         checked = check_pipeline(pipe, overrides or [], hw)
-    except ConfigError as exc:
-        _print_problems(exc.problems)
-        n = sum(p.level == "error" for p in exc.problems)
-        _err(f"pipeline invalid: {n} error{'s' if n != 1 else ''}")
-        raise typer.Exit(2)
     for _, _, _, warnings in checked:
         _print_problems(warnings)
     return pipe, checked
@@ -565,19 +534,11 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
             raise typer.Exit(2)
     from rlft.pipeline.runner import run_pipeline
-    from rlft.run import RunError, check_writable
+    from rlft.run import check_writable
 
-    try:
+    with _exits(read_only=True):
         check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after
         code = run_pipeline(pipe, overrides or [], hw, resume, verbose)
-    except ConfigError as exc:
-        _print_problems(exc.problems)
-        raise typer.Exit(2)
-    except RunError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code)
-    except OSError as exc:
-        _read_only_exit(exc)
     raise typer.Exit(code)
 
 
@@ -601,46 +562,24 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
                 strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no signal.")) -> None:
     """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
     time per call, prompts without signal, and a verdict."""
-    from rlft.reward_try import TryError, check_sources, run_config_file, run_stage, try_rewards
+    from rlft.reward_try import check_sources, run_config_file, run_stage, try_rewards
 
     files, own = list(config or []), None
-    try:
+    with _exits():
         check_sources(from_run, completions, sample, out, force)
         if from_run is not None:  # the run's own config first: its data rows, and its rewards unless -c sets others
             stage = stage or run_stage(from_run)
             own = run_config_file(from_run, stage)
             files.insert(0, own)
-    except TryError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
     try:
         cfg, composed = _load(stage or DEFAULT_STAGE, hw, files, overrides, trains=False)  # scores only
     finally:
         if own is not None:
             own.unlink(missing_ok=True)
-    try:
+    with _exits():
         code = try_rewards(cfg, composed, from_run=from_run, completions=completions, sample=sample,
                            max_prompts=max_prompts, out=out, strict=strict, echo=typer.echo)
-    except TryError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(2)
     raise typer.Exit(code)
-
-
-def _replace_hw(argv: list[str], hw: str) -> list[str]:
-    out, skip = [], False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if a == "--hw":
-            out += ["--hw", hw]
-            skip = True
-        elif a.startswith("--hw="):
-            out.append(f"--hw={hw}")
-        else:
-            out.append(a)
-    return out
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
 """Hardware at `rlft train` start: `--hw auto`, preflight checks before any model is loaded, and
-re-launching rlft itself under `accelerate launch` for the multi-process profiles."""
+re-launching rlft itself under `accelerate launch` for the multi-process profiles (the run folder is made and
+locked here, once, before the processes start)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 
 LAUNCHED_ENV = "RLFT_LAUNCHED"  # set in the processes `accelerate launch` starts for us
@@ -131,3 +133,36 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
     print(f"rlft: launching {cfg.hw.num_processes * cfg.hw.num_machines} processes "
           f"({cfg.hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=env)
+
+
+def replace_hw(argv: list[str], hw: str) -> list[str]:
+    """The command's arguments with `--hw` set to the profile this process resolved (`auto` is resolved once)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--hw":
+            out += ["--hw", hw]
+            skip = True
+        elif a.startswith("--hw="):
+            out.append(f"--hw={hw}")
+        else:
+            out.append(a)
+    return out
+
+
+def relaunch(cfg: RlftConfig, composed: Composed, opts, hw: str, argv: list[str]) -> int:
+    """This `rlft train` command (`argv`) again in hw.num_processes processes: the run folder is created and locked
+    here, before they start, and pinned in their arguments (--overwrite is done once, here)."""
+    from rlft.run import prepare_run_dir
+
+    run = prepare_run_dir(cfg, composed, opts)  # holds the lock while the processes run
+    argv = replace_hw([a for a in argv if a != "--overwrite"], hw) + [f"train.output_dir={run.root}"]
+    try:
+        return launch(cfg, argv)
+    finally:
+        if run.replaced is not None:
+            print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no checkpoint); "
+                  f"move it back or delete it", file=sys.stderr)
+        run.release()
