@@ -19,5 +19,6 @@ This package imports no torch: `validate-config` checks `env.name` through `rlft
 """
 
 from rlft.envs.registry import BUILTIN_ENVS, EnvResolveError, check_env_spec, resolve_env_class
+from rlft.envs import toolsim  # noqa: F401 - its built-ins register on import (here, so the registry imports no env)
 
 __all__ = ["BUILTIN_ENVS", "EnvResolveError", "check_env_spec", "resolve_env_class"]

@@ -51,5 +51,3 @@ def resolve_env_class(spec: str, base_dir: str | Path | None = None) -> type:
                               f"Classes defined there: {', '.join(classes) or 'none'}.")
     return obj
 
-
-from rlft.envs import toolsim  # noqa: E402,F401 - the built-ins register on import
