@@ -203,16 +203,10 @@ class RlftPPOTrainer(Trainer):
 
     def load_weights_from(self, ckpt) -> None:
         """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
-        from safetensors.torch import load_file
+        from rlft.models.weights import load_weights_into
 
         unwrapped = self.accelerator.unwrap_model(self.model)
-        adapter = Path(ckpt) / "adapter_model.safetensors"
-        if adapter.is_file():
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(unwrapped.policy, load_file(str(adapter)))
-        else:
-            unwrapped.policy.load_state_dict(load_file(str(Path(ckpt) / "model.safetensors")), strict=False)
+        load_weights_into(unwrapped.policy, ckpt)
         unwrapped.load_value_head(ckpt)
 
     # --- sampling ----------------------------------------------------------------------------
