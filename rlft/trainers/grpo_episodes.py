@@ -30,9 +30,7 @@ class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
     """GRPO on `cfg.grpo` over episodes of `cfg.env`, on the PPO loop."""
     section_name = "grpo"
     advantage_estimator = "episode_returns"
-    # the loop clips the ratio whatever grpo.loss_fn says (that key maps onto TRL's loss; this loop has always
-    # clipped at grpo.clip_range)
-    policy_loss = "ppo"
+    policy_loss = "ppo"  # clipped at grpo.clip_range whatever grpo.loss_fn says: that key is TRL's (single-turn)
 
     def make_schedule(self, cfg: RlftConfig, num_rows: int) -> LoopSchedule:
         return episode_grpo_loop_schedule(cfg, num_rows)

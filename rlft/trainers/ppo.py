@@ -36,7 +36,7 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance,
-    kl_sample_train, make_kl_controller, masked_mean, ppo_loop_schedule, ppo_loss, shape_rewards,
+    default_horizon, kl_sample_train, make_kl_controller, masked_mean, ppo_loop_schedule, ppo_loss, shape_rewards,
 )
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
@@ -78,17 +78,14 @@ class PPOBatch:
         """The rows `idx` (a minibatch): every per-row tensor and list indexed; the update's own records
         (rollouts, scores, metrics) stay with the whole batch."""
         rows = idx.tolist()
-        out = {}
+        kept = {"prompt_len": self.prompt_len}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Tensor):
-                value = value[idx]
+                kept[f.name] = value[idx]
             elif f.name in ("rows", "episodes") and value is not None:
-                value = [value[i] for i in rows]
-            elif f.name in ("rollouts", "scores", "metrics"):
-                value = {} if f.name == "metrics" else None
-            out[f.name] = value
-        return PPOBatch(**out)
+                kept[f.name] = [value[i] for i in rows]
+        return PPOBatch(**kept)
 
 
 class RlftPPOTrainer(Trainer):
@@ -123,7 +120,9 @@ class RlftPPOTrainer(Trainer):
             self.reloader = RewardReloader(reward_suite, run.root / "overrides.yaml")
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
         coef = self.initial_kl_coef
-        self.kl_ctl = make_kl_controller(coef, sec.target_kl, sec.adaptive_kl and coef > 0, sec.kl_horizon)
+        # the horizon counts updates; unset, a tenth of this run's (the controller acts within the run)
+        horizon = sec.kl_horizon or default_horizon(self.schedule.num_updates)
+        self.kl_ctl = make_kl_controller(coef, sec.target_kl, sec.adaptive_kl and coef > 0, horizon)
         self.eval_start: dict | None = None
         self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
         self.env_guard = env_guard
@@ -553,8 +552,8 @@ class RlftPPOTrainer(Trainer):
             if self._worker is not None:
                 metrics.update(self._async_metrics, **self._clock.end(self._worker.sampling_spans(time.perf_counter())))
             kl = metrics.get("kl_policy_ref")
-            if kl is not None:  # Ziegler et al.: n_steps = episodes in this update
-                self.kl_ctl.update(kl, s.batch_size)
+            if kl is not None:  # once per update; the horizon is in updates
+                self.kl_ctl.update(kl, 1)
             self.state.global_step += 1
             episodes = self.state.global_step * s.batch_size
             metrics["episodes"] = episodes
