@@ -48,3 +48,30 @@ def test_make_kl_controller():
     assert isinstance(ctl, AdaptiveKLController) and ctl.horizon == 100
     with pytest.raises(ValueError, match="target_kl"):
         make_kl_controller(0.1, adaptive=True)
+
+
+def test_default_horizon_is_a_tenth_of_the_run():
+    from rlft.algos.kl_control import default_horizon
+
+    assert default_horizon(30) == 3 and default_horizon(1) == 1 and default_horizon(1000) == 100
+
+
+def test_the_controller_steers_kl_to_its_target_within_the_run():
+    """A synthetic policy whose KL falls as the coefficient rises (kl = k / coef): from twice the target,
+    the default horizon brings it within 10% of the target before the run ends."""
+    from rlft.algos.kl_control import AdaptiveKLController, default_horizon, steps_to_reach
+
+    total, target, k = 60, 0.1, 0.002  # equilibrium coefficient k / target = 0.02
+    ctl = AdaptiveKLController(0.01, target, default_horizon(total))
+    assert steps_to_reach(2.0, ctl.horizon) < total  # doubling the coefficient fits in the run
+    kls = []
+    for _ in range(total):
+        kl = k / ctl.value
+        kls.append(kl)
+        ctl.update(kl, n_steps=1)
+    assert kls[0] == 0.2 and abs(kls[-1] - target) / target < 0.1
+    # the fixed 10,000 horizon of old moves it by well under 1% in the same run
+    old = AdaptiveKLController(0.01, target, 10000)
+    for _ in range(total):
+        old.update(k / old.value, n_steps=1)
+    assert old.value < 0.0102

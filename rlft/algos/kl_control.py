@@ -6,6 +6,11 @@ target: too much drift from the reference raises the penalty, too little
 lowers it. The per-update change is clipped so one noisy KL estimate cannot
 swing the coefficient.
 
+Horizon: rlft counts it in training steps (GRPO optimizer steps, PPO updates) and updates once per sampled
+batch with n_steps = the steps trained since the last update. Left unset, it is a tenth of the run's steps,
+so a KL error of 20% or more moves the coefficient by up to e^2 (about 7x) over the run, the run it is
+used in; Ziegler's fixed 10,000 episodes barely moves it in a short run (0.1 -> 0.09997 over 30 steps).
+
 Unit: rlft measures ``current_kl`` as the mean over the batch's action tokens of the per-token
 KL estimate (nats per token), in PPO and GRPO alike; ``target_kl`` is in the same unit (0.1 per
 token is the staged guide's value; old TRL's target of 6 was a per-sequence sum).
@@ -20,6 +25,22 @@ def adaptive_kl_update(
     """One proportional-controller step: coef * (1 + clip(kl/target - 1, ±0.2) * n_steps/horizon)."""
     proportional_error = min(max(current_kl / target_kl - 1.0, -0.2), 0.2)
     return coef * (1.0 + proportional_error * n_steps / horizon)
+
+
+HORIZON_FRACTION = 10  # an unset horizon is the run's steps / this
+
+
+def default_horizon(total_steps: int) -> int:
+    """The horizon (in steps) of a run of `total_steps` steps when the config leaves it unset."""
+    return max(1, -(-int(total_steps) // HORIZON_FRACTION))
+
+
+def steps_to_reach(ratio: float, horizon: float) -> float:
+    """Steps the controller needs to scale the coefficient by `ratio` (> 0) at full error (±20%)."""
+    import math
+
+    per_step = 1.0 + (0.2 if ratio >= 1 else -0.2) / horizon
+    return math.log(ratio) / math.log(per_step)
 
 
 class FixedKLController:

@@ -51,6 +51,20 @@ class StageChecks:
         self.report(key, message, "warning")
 
 
+def kl_control_note(section: str, coef: float, target: float, adaptive: bool, horizon: int | None,
+                    total_steps: int, unit: str) -> str | None:
+    """`--explain`'s line on the adaptive KL controller of GRPO and PPO (None when it is off)."""
+    if not adaptive or not coef > 0:
+        return None
+    if horizon is None:
+        horizon, why = max(1, -(-total_steps // 10)), f"a tenth of the run's {total_steps} {unit}"
+    else:
+        why = f"{section}.kl_horizon"
+    return (f"# KL control: {section} coefficient {coef:g} adapts toward target_kl {target:g} nats per token over a "
+            f"horizon of {horizon} {unit} ({why}): at most x{1 + 0.2 / horizon:.4f} per {unit[:-1]}, "
+            f"x{(1 + 0.2 / horizon) ** total_steps:.3g} over the run when the KL stays 20% or more off target")
+
+
 def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

@@ -22,8 +22,8 @@ from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
 
 from rlft.algos import (
-    constant_group_mask, expand_group_mask, group_advantages, kl_penalty_advantages, kl_sample_train,
-    make_kl_controller,
+    constant_group_mask, default_horizon, expand_group_mask, group_advantages, kl_penalty_advantages,
+    kl_sample_train, make_kl_controller,
 )
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
@@ -72,7 +72,9 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
         self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
         self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
-        self.kl_ctl = make_kl_controller(g.kl_penalty_coef, g.target_kl, g.adaptive_kl, g.kl_horizon)
+        # the horizon counts optimizer steps; unset, a tenth of this run's (the controller acts within the run)
+        horizon = g.kl_horizon or default_horizon(max(self.args.max_steps, 1))
+        self.kl_ctl = make_kl_controller(g.kl_penalty_coef, g.target_kl, g.adaptive_kl, horizon)
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
             self._rlft_ref = ref_model_for_kl.to(self.accelerator.device)
@@ -161,8 +163,8 @@ class RlftGRPOTrainer(GRPOTrainer):
         starts = mode == "train" and self._starts_iteration()
         g = self.cfg.grpo
         if starts and g.kl_penalty_coef > 0 and self._last_kl is not None:
-            n = self.args.generation_batch_size
-            self.kl_ctl.update(self._last_kl, n)
+            # once per generation, which trains steps_per_generation x num_iterations optimizer steps
+            self.kl_ctl.update(self._last_kl, self.args.steps_per_generation * self.num_iterations)
             if g.kl_penalty_mode == "loss":
                 self.beta = self.kl_ctl.value
         if starts and self.reloader is not None:

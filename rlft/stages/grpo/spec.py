@@ -8,7 +8,7 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import GRPO_BASELINES, POLICY_LOSSES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, MemoryProfile, StageChecks, StageSpec, \
+from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, MemoryProfile, StageChecks, StageSpec, kl_control_note, \
     fewer_sampled_rows, halve_micro_batch, is_number, reference_held, shorter_sequences
 
 # TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
@@ -43,7 +43,9 @@ class GRPOConfig:
     adaptive_kl: bool = F(False, "Adapt kl_penalty_coef toward target_kl.")
     target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token "
                               "KL to the reference (as ppo.target_kl).", gt=0)
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in completions.", ge=1)
+    kl_horizon: Optional[int] = F(None, "Horizon of the adaptive KL controller, in optimizer steps: a KL 20% or "
+                                        "more off target moves the coefficient by up to 22% per horizon. null = a "
+                                        "tenth of train.max_steps, so it acts within the run.", ge=1)
     loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=list(POLICY_LOSSES))
     clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
     temperature: float = temperature_field(1.0, "Sampling temperature (0.7-1.0).")
@@ -199,6 +201,11 @@ def explain(cfg) -> list[str]:
     overlap = overlap_note(cfg)
     if overlap:
         notes.append("# " + overlap)
+    g = cfg.grpo
+    kl = kl_control_note("grpo", g.kl_penalty_coef, g.target_kl, g.adaptive_kl, g.kl_horizon,
+                         max(cfg.train.max_steps, 1), "steps")
+    if kl:
+        notes.append(kl)
     return notes
 
 

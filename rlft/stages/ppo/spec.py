@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
-from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits, MemoryProfile, StageChecks, \
+from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, kl_control_note, Logits, MemoryProfile, StageChecks, \
     StageSpec, fewer_sampled_rows, is_number, reference_held, shorter_sequences
 
 
@@ -30,7 +31,9 @@ class PPOConfig:
     target_kl: float = F(0.1, "Target of the adaptive controller, in nats per token: the batch mean of the per-token "
                               "KL to the reference (not a per-sequence sum).", gt=0)
     adaptive_kl: bool = F(True, "Adapt the KL coefficient toward target_kl (Ziegler et al. 2019).")
-    kl_horizon: int = F(10000, "Horizon of the adaptive KL controller, in episodes.", ge=1)
+    kl_horizon: Optional[int] = F(None, "Horizon of the adaptive KL controller, in updates: a KL 20% or more off "
+                                        "target moves the coefficient by up to 22% per horizon. null = a tenth of the "
+                                        "run's updates, so it acts within the run.", ge=1)
     value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same "
                                    "backbone); `separate` is not built yet.", choices=["shared", "separate"])
     gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
@@ -91,6 +94,13 @@ def total_updates(cfg) -> int:
     return -(-cfg.ppo.num_episodes // cfg.ppo.batch_size)
 
 
+def explain(cfg) -> list[str]:
+    p = cfg.ppo
+    kl = kl_control_note("ppo", p.init_kl_coef, p.target_kl, p.adaptive_kl, p.kl_horizon, total_updates(cfg),
+                         "updates")
+    return [kl] if kl else []
+
+
 def schedule(cfg) -> str:
     """PPO counts episodes: how num_episodes and the *_interval keys become updates and optimizer steps."""
     p, ga = cfg.ppo, cfg.train.gradient_accumulation_steps
@@ -147,5 +157,5 @@ SPEC = StageSpec(
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
-    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule, memory=memory,
+    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
 )
