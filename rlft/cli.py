@@ -54,6 +54,9 @@ STAGE_OPT = typer.Option(DEFAULT_STAGE, "--stage", "-s", help=f"Stage profile: {
 HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
+SMOKE_HELP = ("Smoke-test this config on the CPU (for CI): the same stage, data, rewards and settings on a tiny model "
+              "of the same family, one CPU process, a few steps with a checkpoint, --resume, report and the final "
+              "model loaded; runs go to runs/smoke/, and summary.json's smoke block lists what was replaced.")
 
 
 def _err(text: str) -> None:
@@ -272,7 +275,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
           allow_config_change: bool = typer.Option(False, "--allow-config-change",
                                                    help="With --resume: continue with a changed config (changed keys "
                                                         "are listed; shape-changing keys are still refused)."),
-          verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings."),
+          smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP)) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
     from rlft.monitor.streams import protect_std_streams
 
@@ -284,6 +288,16 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
 
         hw, why = detect_hw()
         _err(f"rlft: --hw auto picked `{hw}`: {why}")
+    if smoke:  # validated as given first (exit 2 on its errors), then run on the CPU
+        _no_flags_with_smoke(resume=resume, overwrite=overwrite, allow_config_change=allow_config_change)
+        from rlft.smoke.run import smoke_train
+        from rlft.smoke.validate import load_as_given
+
+        with _exits("config invalid: {errors}"):
+            cfg, composed, warnings = load_as_given(stage, hw, list(config or []), list(overrides or []))
+        _print_problems(warnings)
+        raise typer.Exit(smoke_train(stage, hw, list(config or []), list(overrides or []), cfg, composed, warnings,
+                                     verbose))
     cfg, composed = _load(stage, hw, config, overrides, for_train=True)
     with _exits():
         runner = get_runner(stage)
@@ -303,6 +317,14 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         code = relaunch(cfg, composed, opts, hw, sys.argv[1:]) if needs_launch(cfg) else runner(cfg, composed, opts)
     raise typer.Exit(code or 0)
+
+
+def _no_flags_with_smoke(**flags: bool) -> None:
+    given = [f"--{name.replace('_', '-')}" for name, on in flags.items() if on]
+    if given:
+        _err(f"error: {given[0]} does not go with --smoke: a smoke run starts its own folder under runs/smoke/ "
+             f"each time (and resumes it itself)")
+        raise typer.Exit(2)
 
 
 def _read_only_exit(exc: OSError) -> None:
@@ -475,11 +497,13 @@ PIPE_OVERRIDES = typer.Argument(None, help="KEY=VALUE for every stage, stages.<n
 PIPE_HW = typer.Option("cpu", "--hw", help="Hardware profile of stages that name none.")
 
 
-def _load_pipeline(path: Path, overrides: Optional[List[str]], hw: str):
+def _load_pipeline(path: Path, overrides: Optional[List[str]], hw: str, smoke: bool = False):
     from rlft.pipeline.spec import check_pipeline, load_pipeline
 
     with _exits("pipeline invalid: {errors}"):
         pipe = load_pipeline(path)
+        if smoke:  # errors only this machine causes, on keys the smoke run replaces, are warnings
+            from rlft.smoke.validate import check_pipeline_as_given as check_pipeline
         checked = check_pipeline(pipe, overrides or [], hw)
     for _, _, _, warnings in checked:
         _print_problems(warnings)
@@ -522,17 +546,24 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
 @pipeline_app.command("run")
 def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW,
                  resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
-                 verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings.")) -> None:
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings."),
+                 smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP)) -> None:
     """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
     from rlft.monitor.streams import protect_std_streams
 
     protect_std_streams()  # `rlft pipeline run ... | head`: a closed pipe must not stop training
-    pipe, checked = _load_pipeline(path, overrides, hw)
+    if smoke:
+        _no_flags_with_smoke(resume=resume)
+    pipe, checked = _load_pipeline(path, overrides, hw, smoke)
     for entry, cfg, _, _ in checked:
         if cfg.hw.num_processes > 1:
             _err(f"{entry.label}: pipelines run each stage in one process in this version; use a single-process "
                  f"hardware profile or run the stage with `rlft train` (model.init_from= the stage before)")
             raise typer.Exit(2)
+    if smoke:
+        from rlft.smoke.run import smoke_pipeline
+
+        raise typer.Exit(smoke_pipeline(pipe, checked, list(overrides or []), hw, verbose))
     from rlft.pipeline.runner import run_pipeline
     from rlft.run import check_writable
 

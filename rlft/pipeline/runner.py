@@ -69,7 +69,9 @@ def _claim_pipeline_dir(pipe: Pipeline) -> None:
         raise RunError(str(exc)) from None
 
 
-def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: bool, verbose: bool) -> int:
+def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: bool, verbose: bool,
+                 stage_layers: dict | None = None) -> int:
+    """`stage_layers`: {stage index: config layers applied last} (`--smoke`'s changes)."""
     from rlft.config import validate
     from rlft.run import RunError, RunOptions
     from rlft.stages import get_runner
@@ -92,7 +94,8 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
             records[entry.index] = _stage_record(pipe, entry)
             previous = run_dir
             continue
-        composed = compose_stage(pipe, entry, common, own.get(entry.index, []), hw_default, previous)
+        composed = compose_stage(pipe, entry, common, own.get(entry.index, []), hw_default, previous,
+                                 tuple((stage_layers or {}).get(entry.index, ())))
         try:
             cfg, warnings = validate(composed, for_train=True)
         except ConfigError as exc:

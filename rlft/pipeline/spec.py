@@ -189,15 +189,16 @@ def split_overrides(pipe: Pipeline, overrides: list[str]) -> tuple[list[str], di
 
 
 def compose_stage(pipe: Pipeline, entry: StageEntry, common: list[str], own: list[str], hw_default: str,
-                  init_from: Path | None) -> Composed:
-    """The layered config of one stage; `init_from` is the run it starts from (None for the first)."""
+                  init_from: Path | None, extra: tuple[Layer, ...] = ()) -> Composed:
+    """The layered config of one stage; `init_from` is the run it starts from (None for the first); `extra`
+    layers go last (`--smoke`'s changes)."""
     implied: dict[str, Any] = {}
     if init_from is not None and not entry.sets_init_from:
         implied["model"] = {"init_from": str(init_from)}
     before = [pipe.defaults] + ([Layer(f"pipeline: starts from {init_from}", implied)] if implied else [])
     last = [Layer("pipeline: run folder", {"train": {"output_dir": str(pipe.stage_dir(entry))}})]
     return compose(entry.stage, entry.hw or hw_default, entry.files, [*common, *own],
-                   before_files=before, after_files=[entry.layer], last=last)
+                   before_files=before, after_files=[entry.layer], last=[*last, *extra])
 
 
 def check_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str):

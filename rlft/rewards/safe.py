@@ -416,14 +416,17 @@ class RewardSuite:
             return
         if self.seen < self.min_completions or self.failure_fraction <= self.max_failure_fraction:
             return
-        failing = [r for r in self.rewards if r.errors]
-        details = "; ".join(f"{r.name!r}: {r.errors} errors, last: {r.last_error}" for r in failing)
-        raise RewardFailureError(
-            f"rewards gave no score to {self.unscored} of {self.seen} completions "
-            f"({self.failure_fraction:.0%}), above max_failure_fraction={self.max_failure_fraction}. "
-            f"Failing: {details or 'none recorded'}. "
-            f"Check these reward functions and the dataset columns they read."
-        )
+        failing = [(r.name, r.errors, r.last_error) for r in self.rewards if r.errors]
+        raise RewardFailureError(failure_message(self.unscored, self.seen, self.max_failure_fraction, failing))
+
+
+def failure_message(unscored: int, seen: int, max_fraction: float, failing: list[tuple[str, int, str | None]]) -> str:
+    """The failure guard's message; `failing` = (reward name, errors, last error) of each failing reward (`--smoke`
+    rebuilds it from a run's logs, where too few completions were scored for the guard to act)."""
+    details = "; ".join(f"{name!r}: {errors} errors, last: {last}" for name, errors, last in failing)
+    return (f"rewards gave no score to {unscored} of {seen} completions ({unscored / max(seen, 1):.0%}), above "
+            f"max_failure_fraction={max_fraction}. Failing: {details or 'none recorded'}. "
+            f"Check these reward functions and the dataset columns they read.")
 
 
 def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
