@@ -86,6 +86,7 @@ class StageSpec:
     uses_env: bool = False                  # can run multi-turn episodes in `env.name`
     reloads_rewards: bool = False           # `monitor.reward_hot_reload` re-imports its reward files per step
     total_steps: Callable[[Any], int] | None = None  # steps a run trains, from the typed config (None: train.max_steps)
+    steps_per_generation: Callable[[Any], int] | None = None  # optimizer steps that train on one sampled batch
     metrics: tuple[str, ...] = ()           # keys every metrics.jsonl row carries (null when not measured that step)
     console: tuple[str, ...] = ("loss",)    # headline metrics on the console line
     health_rules: tuple[str, ...] = BASE_HEALTH  # rules of rlft.monitor.health.RULES checked on each record

@@ -50,6 +50,9 @@ class ConsoleProgress(TrainerCallback):
         prefix = "eval_" if any(k.startswith("eval_") for k in record) else ""  # eval_loss, eval_rewards/...
         text = ("eval: " if prefix else "") + "  ".join(
             _fmt(k, record.get(prefix + k)) for k in self.keys if prefix + k in record)
+        if "generation" in record:  # a later substep/epoch shows its generation's reward again: say so
+            reused = record.get("reused_generation")
+            text = f"gen {record['generation']}{' (reused)' if reused else ''}  {text}"
         if self.progress is not None:
             self.progress.update(self.task, metrics=text)
         else:

@@ -98,9 +98,13 @@ def _all_groups_constant(r: dict, m) -> list[Firing]:
 
 def _sampler_learner_mismatch(r: dict, m) -> list[Firing]:
     kst = r.get("kl_sample_train_v2")
+    if r.get("reused_generation") is True:
+        return []  # a later substep/epoch of one generation: the policy moved away from its samples by design
     if isinstance(kst, (int, float)) and kst > m.kl_sample_train_warn:
         return [Firing("sampler_learner_mismatch", "warning", "kl_sample_train_v2", kst, m.kl_sample_train_warn,
-                       "sampler and learner disagree (kl_sample_train_v2 above 0.01): training is off-policy")]
+                       "sampler and learner disagree on freshly sampled completions (kl_sample_train_v2 above "
+                       f"{m.kl_sample_train_warn:g}): the sampler lags the learner or computes differently "
+                       "(precision, vLLM); training is off-policy")]
     return []
 
 

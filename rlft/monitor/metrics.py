@@ -39,6 +39,13 @@ def normalise(logs: dict, stage: str, nan=None) -> dict:
     return out
 
 
+def generation_of(step: int, steps_per_generation: int) -> dict:
+    """The sampled batch (1-based) optimizer step `step` trained on, and whether an earlier step already trained
+    on it (later substeps and epochs of one generation: the batch metrics are that generation's, not new)."""
+    index = max(step - 1, 0)
+    return {"generation": index // steps_per_generation + 1, "reused_generation": index % steps_per_generation != 0}
+
+
 # Measured once per generated batch; with num_substeps > 1 the later substeps train on the same
 # batch, so their records repeat its values rather than leaving gaps.
 BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "frac_reward_zero_std",
@@ -53,9 +60,10 @@ def _is_batch_key(key: str) -> bool:
 class MetricsWriter(TrainerCallback):
     """Appends each training log to metrics.jsonl (main process only)."""
 
-    def __init__(self, path: Path, stage: str, console=None, health=None):
+    def __init__(self, path: Path, stage: str, console=None, health=None, steps_per_generation: int | None = None):
         self.path = Path(path)
         self.stage = stage
+        self.steps_per_generation = steps_per_generation  # None: the stage samples no generations per step
         self.console = console
         self.health = health
         self._batch_metrics: dict = {}
@@ -84,6 +92,8 @@ class MetricsWriter(TrainerCallback):
         record = {"step": state.global_step, "time": round(time.time(), 3), "stage": self.stage,
                   **normalise(logs, self.stage)}
         self._carry_batch_metrics(record)
+        if self.steps_per_generation and not is_eval(logs):
+            record.update(generation_of(state.global_step, self.steps_per_generation))
         if main:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")

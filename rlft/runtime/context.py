@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
+from rlft.config.stages import get_spec
 from rlft.run import RunDir, RunOptions, check_run_dir, prepare_run_dir, resume_command
 from rlft.runtime import outcome
 from rlft.runtime.checkpoint_files import seal_checkpoint
@@ -159,7 +160,10 @@ class RunContext:
         self.console = ConsoleProgress(self.cfg.stage)
         self.health = HealthMonitor(self.cfg, self.run, self.console)
         changes = [ApplyConfigChanges(self.resume.changes)] if self.resume.changes else []
-        return [StepBegins(self), MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health), self.console,
+        per_generation = get_spec(self.cfg.stage).steps_per_generation
+        metrics = MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health,
+                                per_generation(self.cfg) if per_generation else None)
+        return [StepBegins(self), metrics, self.console,
                 InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *changes]
 
     def step_begins(self) -> None:

@@ -196,6 +196,11 @@ def file_checks(c: StageChecks) -> None:
                 f"{usable} (or more data)")
 
 
+def steps_per_generation(cfg) -> int:
+    """TRL samples once every num_substeps x ppo_epochs optimizer steps; over episodes every step samples."""
+    return 1 if cfg.env.name else cfg.grpo.num_substeps * cfg.grpo.ppo_epochs
+
+
 def explain(cfg) -> list[str]:
     notes = ["# " + layout_note(cfg)]
     overlap = overlap_note(cfg)
@@ -299,6 +304,7 @@ SPEC = StageSpec(
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "all_groups_constant",
                   "sampler_learner_mismatch"),
     resume_breaking=("grpo.group_size", "grpo.batch_size", "grpo.num_substeps"),
+    steps_per_generation=steps_per_generation,
     checks=checks, section_checks=section_checks, file_checks=file_checks, explain=explain, model_card=model_card,
     memory=memory,
 )

@@ -157,5 +157,6 @@ SPEC = StageSpec(
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
-    total_steps=total_updates, checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
+    total_steps=total_updates, steps_per_generation=lambda cfg: 1,  # one rollout per update
+    checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
 )
