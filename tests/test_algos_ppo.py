@@ -163,3 +163,28 @@ def test_behaviour_weights_worked_numbers():
     assert behaviour_weights(prox, behav, torch.tensor([[1.0, 0.0, 1.0]]))[0, 1] == 0
     same = behaviour_weights(prox, prox, mask)
     assert torch.equal(same, torch.ones_like(same))  # on-policy: exactly 1
+
+
+def test_a_huge_log_ratio_gives_a_finite_loss_and_gradient():
+    """exp(100) is inf in float32; the log-ratio is clamped to +-20 first, as verl does."""
+    from rlft.algos.policy_loss import LOG_RATIO_CLAMP, importance_sampling
+
+    for fn in (clipped_surrogate, importance_sampling):
+        logp = torch.tensor([[100.0, -100.0, 0.0]], requires_grad=True)
+        loss, m = fn(logp, torch.zeros(1, 3), T([[1.0, -1.0, 1.0]]), torch.ones(1, 3), 0.2)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and math.isfinite(m["ratio"])
+    assert math.exp(LOG_RATIO_CLAMP) < torch.finfo(torch.float32).max
+
+
+def test_dual_clip_caps_a_negative_advantage_at_minus_a_c():
+    # r = e^2 = 7.39 with A = -1: the clipped surrogate gives max(7.39, 1.2) = 7.39; dual-clip c = 3 caps it at 3
+    logp, old, adv, mask = T([[2.0, 2.0]]), torch.zeros(1, 2), T([[-1.0, 1.0]]), torch.ones(1, 2)
+    plain, _ = clipped_surrogate(logp, old, adv, mask, 0.2)
+    dual, m = clipped_surrogate(logp, old, adv, mask, 0.2, clip_ratio_c=3.0)
+    # positive advantage: max(-r, -1.2) = -1.2 either way
+    assert abs(float(plain) - (math.exp(2) - 1.2) / 2) < 1e-5
+    assert abs(float(dual) - (3.0 - 1.2) / 2) < 1e-5 and m["clipfrac_lower"] == 0.5
+    same, m2 = clipped_surrogate(T([[0.1, 0.1]]), old, adv, mask, 0.2, clip_ratio_c=3.0)
+    ref, _ = clipped_surrogate(T([[0.1, 0.1]]), old, adv, mask, 0.2)
+    assert float(same) == float(ref) and m2["clipfrac_lower"] == 0.0  # inside the cap nothing changes

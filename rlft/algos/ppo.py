@@ -104,10 +104,10 @@ def entropy_from_logits(logits_BTV: Tensor) -> Tensor:
 def ppo_loss(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, values_BT: Tensor, values_old_BT: Tensor,
              returns_BT: Tensor, entropy_BT: Tensor, mask_BT: Tensor, *, clip_range: float,
              clip_range_value: float, vf_coef: float, ent_coef: float,
-             policy_loss: str = "ppo") -> tuple[Tensor, dict]:
-    """Total PPO loss = policy loss (`policy_loss` in POLICY_LOSSES: the clipped surrogate) + vf_coef * clipped
-    value loss - ent_coef * entropy."""
-    pg, pg_m = POLICY_LOSSES.get(policy_loss)(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range)
+             policy_loss: str = "ppo", clip_ratio_c: float | None = None) -> tuple[Tensor, dict]:
+    """Total PPO loss = policy loss (`policy_loss` in POLICY_LOSSES: the clipped surrogate, dual-clipped at
+    `clip_ratio_c` when set) + vf_coef * clipped value loss - ent_coef * entropy."""
+    pg, pg_m = POLICY_LOSSES.get(policy_loss)(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range, clip_ratio_c)
     vf, vf_m = clipped_value_loss(values_BT, values_old_BT, returns_BT, mask_BT, clip_range_value)
     ent = masked_mean(entropy_BT, mask_BT)
     loss = pg + vf_coef * vf - ent_coef * ent

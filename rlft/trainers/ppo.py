@@ -164,7 +164,7 @@ class RlftPPOTrainer(Trainer):
         return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
                         mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=p.clip_range,
                         clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef,
-                        policy_loss=self.policy_loss)
+                        policy_loss=self.policy_loss, clip_ratio_c=p.clip_ratio_c)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:

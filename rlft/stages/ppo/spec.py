@@ -20,6 +20,9 @@ class PPOConfig:
                                 "train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)
     ppo_epochs: int = F(4, "Passes over each batch, in shuffled minibatches (4-8).", ge=1, le=64)
     clip_range: float = F(0.2, "PPO clip epsilon on the probability ratio (0.1-0.3).", gt=0, lt=1)
+    clip_ratio_c: Optional[float] = F(None, "Dual-clip PPO (as verl): where the advantage is negative, the loss is "
+                                            "also capped at -A x clip_ratio_c (> 1, e.g. 3), so a token whose "
+                                            "probability ratio exploded cannot dominate the batch. null = off.", gt=1)
     cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
     ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in "
