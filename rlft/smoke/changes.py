@@ -197,9 +197,9 @@ def size_changes(cfg) -> list[Change]:
             out.add(f"{section}.{key}", s[key], new[key], why, f"{s[key]} rounds (one ran)" if key == "rounds" else "")
     if "num_episodes" not in s:  # a section that counts episodes counts its own steps
         out.add("train.max_steps", t.max_steps, STEPS, f"{STEPS} steps: a checkpoint at step 1, --resume to step 2")
-    for key, why in (("save_steps", "a checkpoint every step"), ("logging_steps", "log every step"),
-                     ("eval_steps", "evaluate every step")):
-        out.add(f"train.{key}", getattr(t, key), 1, why)
+    for key, every, why in (("save_steps", 1, "a checkpoint every step"), ("logging_steps", 1, "log every step"),
+                            ("eval_steps", STEPS, "evaluate once, at the last step")):
+        out.add(f"train.{key}", getattr(t, key), every, why)
     out.add("train.per_device_train_batch_size", t.per_device_train_batch_size,
             min(t.per_device_train_batch_size, MICRO), "small micro-batches")
     out.add("train.gradient_accumulation_steps", t.gradient_accumulation_steps,

@@ -14,10 +14,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def run_key(root: Path) -> str:
+    """How a run folder is named in the stops' record, whatever the working folder."""
+    return str(Path(root).resolve())
+
+
 @contextmanager
 def stop_at_first_checkpoint() -> Iterator[dict[str, int]]:
     """Within the block, the first complete checkpoint of each run folder stops its run (exit 130, resumable);
-    yields {run folder: the step it stopped at}."""
+    yields {run_key(run folder): the step it stopped at}."""
     from rlft.monitor.callbacks import CheckpointMarker
 
     original = CheckpointMarker.on_save
@@ -25,7 +30,7 @@ def stop_at_first_checkpoint() -> Iterator[dict[str, int]]:
 
     def on_save(self, args, state, control, **kwargs):
         control = original(self, args, state, control, **kwargs) or control
-        root = str(Path(self.ctx.run.root))
+        root = run_key(self.ctx.run.root)
         handler = signal.getsignal(signal.SIGINT)
         if root not in stopped and self.ctx.interrupt.signal is None and getattr(handler, "__self__", None) is \
                 self.ctx.interrupt:  # only through rlft's own handler: anything else would end the process

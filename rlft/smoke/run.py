@@ -299,11 +299,11 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
 
     with stop_at_first_checkpoint() as stopped:
         code, error = attempt(resume=False)
-        if code == 130 and str(root) in stopped:
-            _say(f"resuming {root} from its checkpoint at step {stopped[str(root)]} (--resume)")
+        if code == 130 and _key(root) in stopped:
+            _say(f"resuming {root} from its checkpoint at step {stopped[_key(root)]} (--resume)")
             code, error = attempt(resume=True)
             if code == 0:
-                outcome.tested.append(f"checkpoint at step {stopped[str(root)]}, then --resume from it to the end")
+                outcome.tested.append(f"checkpoint at step {stopped[_key(root)]}, then --resume from it to the end")
     outcome.stopped = dict(stopped)
     skipped = len(_not_checked(warnings))
     outcome.tested.insert(0, f"compose + validate as given (--hw {hw}: {cfg0.hw.device}, "
@@ -315,7 +315,7 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
         outcome.fail(code, _failure_line(run, code, error))
     outcome.tested += check_and_report(run, outcome)
     config = {"command": "train", "stage": stage, "hw": hw, "files": [str(f) for f in files], "overrides": overrides}
-    not_tested = _untested(changes, resumed=str(root) in stopped) + _not_checked(warnings)
+    not_tested = _untested(changes, resumed=_key(root) in stopped) + _not_checked(warnings)
     return _finish(f"{stage} (--hw {hw}) in {root}", [run], outcome, not_tested, t0,
                    [(root / "summary.json", [c.as_dict() for c in changes])], root / "summary.json", config)
 
@@ -368,8 +368,8 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
         if not run.root.is_dir():
             continue
         lines = []
-        if str(run.root) in stopped and (_finished(run.root)):
-            lines.append(f"checkpoint at step {stopped[str(run.root)]}, then --resume from it to the end")
+        if _key(run.root) in stopped and (_finished(run.root)):
+            lines.append(f"checkpoint at step {stopped[_key(run.root)]}, then --resume from it to the end")
         init_from = ((saved_config(run.root) or {}).get("model") or {}).get("init_from")
         if i and init_from and Path(str(init_from)).resolve() == runs[i - 1].root.resolve():
             lines.append(f"started from {runs[i - 1].label}'s model (model.init_from)")
@@ -380,7 +380,7 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
         outcome.fail(1, f"{', '.join(missing)} did not run")
     not_tested: list[str] = []
     for run in runs:
-        for item in _untested(run.changes, resumed=str(run.root) in stopped or not run.root.is_dir()):
+        for item in _untested(run.changes, resumed=_key(run.root) in stopped or not run.root.is_dir()):
             if item not in not_tested:
                 not_tested.append(item if not item.startswith("--resume") else f"{run.label}: {item}")
     for *_, warnings in checked:
@@ -391,6 +391,12 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
     summaries.append((spipe.output_dir / SUMMARY, [{"stage": r.label, **c.as_dict()} for r in runs for c in r.changes]))
     return _finish(f"pipeline {pipe.name} ({stages}) in {spipe.output_dir}", runs, outcome, not_tested, t0,
                    summaries, spipe.output_dir / SUMMARY, config)
+
+
+def _key(root: Path) -> str:
+    from rlft.smoke.interrupt import run_key
+
+    return run_key(root)
 
 
 def _finished(root: Path) -> bool:
