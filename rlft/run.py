@@ -77,7 +77,8 @@ class RunLock:
             return None
 
     def _busy(self) -> RunError:
-        return RunError(f"run folder {self.path.parent} is in use by another rlft run ({describe_holder(self._read())}, "
+        return RunError(f"run folder {self.path.parent} is in use by another rlft run "
+                        f"({describe_holder(self._read())}, "
                         f"lock file {self.path}); wait for it to finish or stop it, or use another train.output_dir")
 
     def check_free(self) -> None:
@@ -500,7 +501,8 @@ def find_run_to_resume(cfg: RlftConfig, argv: list[str]) -> Path:
     parent = Path(default_output_dir(cfg.stage)).parent
     runs = _default_run_names(parent, cfg.stage)
     if not runs:
-        raise RunError(f"nothing to resume: train.output_dir is not set and there is no {parent}/{cfg.stage}-<timestamp> "
+        raise RunError("nothing to resume: train.output_dir is not set and there is no "
+                       f"{parent}/{cfg.stage}-<timestamp> "
                        f"run here (drop --resume to start a new run, or set train.output_dir=<run folder>)")
     for root in runs:
         old = saved_config(root)

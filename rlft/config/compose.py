@@ -201,7 +201,8 @@ def read_yaml_file(path: Path, name: str) -> tuple[yaml.Node | None, Any]:
         raise ConfigError([Problem("(file)", name, f"cannot read the file: {exc.strerror or exc}")]) from None
     if size > MAX_CONFIG_BYTES:
         raise ConfigError([Problem("(file)", name, f"config file is {size / 1e6:.1f} MB; rlft reads config files of "
-                                   f"at most {MAX_CONFIG_BYTES / 1e6:g} MB (data belongs in a file named by data.train)")])
+                                   f"at most {MAX_CONFIG_BYTES / 1e6:g} MB (data belongs in a file named by "
+                                   "data.train)")])
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as exc:
@@ -226,7 +227,8 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError([Problem("(yaml)", name, f"a config file must be a mapping of sections, got {type(data).__name__}")])
+        raise ConfigError([Problem("(yaml)", name, "a config file must be a mapping of sections, got "
+                                                   f"{type(data).__name__}")])
     lines: dict[str, int] = {}
     dups: list[tuple[str, int, int]] = []
     _key_lines(node, "", lines, dups)
@@ -242,12 +244,14 @@ def parse_overrides(overrides: Iterable[str]) -> Layer:
     problems = []
     for item in overrides:
         if "=" not in item:
-            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE (e.g. train.learning_rate=1e-5)"))
+            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE (e.g. "
+                                                     "train.learning_rate=1e-5)"))
             continue
         key, raw = item.split("=", 1)
         key = key.strip()
         if not key or "" in key.split("."):
-            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE with a dotted key (e.g. train.learning_rate=1e-5)"))
+            problems.append(Problem(item, CLI_LAYER, "override must look like KEY=VALUE with a dotted key (e.g. "
+                                                     "train.learning_rate=1e-5)"))
             continue
         try:
             value = parse_yaml_text(raw) if raw.strip() else None

@@ -75,7 +75,8 @@ def trainer_schedule(num_samples: int, per_device_batch: int, grad_accum: int, e
 def schedule_summary(cfg: RlftConfig, num_samples: int | None = None) -> str:
     t = cfg.train
     effective = t.per_device_train_batch_size * t.gradient_accumulation_steps * cfg.hw.num_processes
-    head = (f"# schedule: effective batch = {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} accumulation"
+    head = (f"# schedule: effective batch = {t.per_device_train_batch_size} x {t.gradient_accumulation_steps} "
+            "accumulation"
             f" x {cfg.hw.num_processes} process(es) = {effective}")
     if t.max_steps > 0:
         warm = int(t.max_steps * t.warmup_ratio)
@@ -100,9 +101,11 @@ def sampled_sft_schedule(cfg: RlftConfig, what: str) -> str:
     s = getattr(cfg, get_spec(cfg.stage).section)
     evals = (f"; eval.start / eval.end: {cfg.data.eval_prompts} prompts x {s.num_samples_per_prompt} fresh samples"
              if cfg.data.eval_prompts else "")
-    return (f"# {cfg.stage} rounds: {s.rounds} x (sample {s.num_samples_per_prompt} completions per prompt of data.train, "
+    return (f"# {cfg.stage} rounds: {s.rounds} x (sample {s.num_samples_per_prompt} completions per prompt of "
+            "data.train, "
             f"up to {s.max_tokens} tokens at temperature {s.temperature}, {s.generation_batch_size} per generate call; "
-            f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each round{evals}")
+            f"{what}; then the SFT schedule above on them): train.max_steps / num_train_epochs apply to each "
+            f"round{evals}")
 
 
 def chat_template_note(cfg: RlftConfig) -> str:

@@ -25,14 +25,23 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @dataclass
 class ModelConfig:
-    name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny model).")
-    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled with LoRA), `init` = the model this stage starts from (with model.init_from; the default there), a checkpoint path, or null = none.")
-    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, adapter and tokenizer are loaded; model.name_or_path defaults to that run's base.")
-    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a fresh LoRA; `continue` = keep training the same adapter.", choices=["merge", "continue"])
-    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a chain of runs can be traced back.")
+    name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny "
+                                  "model).")
+    ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled "
+                                 "with LoRA), `init` = the model this stage starts from (with model.init_from; the "
+                                 "default there), a checkpoint path, or null = none.")
+    init_from: Optional[str] = F(None, "Start from an earlier rlft run: its folder (or its final/). Its base model, "
+                                       "adapter and tokenizer are loaded; model.name_or_path defaults to that run's "
+                                       "base.")
+    init_mode: str = F("merge", "With init_from: `merge` = merge the earlier adapter into the weights and train a "
+                                "fresh LoRA; `continue` = keep training the same "
+                                "adapter.", choices=["merge", "continue"])
+    init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a "
+                                              "chain of runs can be traced back.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
-    tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to learn).", gt=0, le=2)
+    tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to "
+                                   "learn).", gt=0, le=2)
 
 
 @dataclass
@@ -40,7 +49,8 @@ class LoraConfig:
     enabled: bool = F(True, "Train a LoRA adapter (true) or the full model (false).")
     r: int = F(16, "LoRA rank (8-32; 8-16 is the usual range for RL).", ge=1, le=1024)
     lora_alpha: Optional[int] = F(32, "LoRA alpha scaling, usually 2 x r.", ge=1)
-    target_modules: list[str] = F(help="Modules to adapt: all attention and MLP projections.", factory=lambda: list(LORA_TARGETS))
+    target_modules: list[str] = F(help="Modules to adapt: all attention and MLP "
+                                       "projections.", factory=lambda: list(LORA_TARGETS))
     lora_dropout: float = F(0.05, "Dropout on the LoRA path (0.05-0.1).", ge=0, lt=1)
     bias: str = F("none", "Which biases train.", choices=["none", "all", "lora_only"])
     task_type: str = F("CAUSAL_LM", "PEFT task type.", choices=["CAUSAL_LM"])
@@ -55,9 +65,13 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @dataclass
 class TrainConfig:
-    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e (Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x train.rl_lr_factor.", gt=0, le=1)
-    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides say 0.5-1.0).", gt=0, le=10)
-    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
+    learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e "
+                                   "(Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x "
+                                   "train.rl_lr_factor.", gt=0, le=1)
+    rl_lr_factor: float = F(1.0, "With learning_rate `auto`: the share of the supervised rate used for RL (the guides "
+                                 "say 0.5-1.0).", gt=0, le=10)
+    lr_batch_reference: Optional[int] = F(None, "Scale the learning rate by sqrt(effective batch / N) (LR ∝ √batch): "
+                                                "the rate is taken as tuned for a batch of N; null = no scaling.", ge=1)
     per_device_train_batch_size: int = F(1, "Micro-batch size per device.", ge=1)
     gradient_accumulation_steps: int = F(1, "Micro-batches accumulated per optimizer step.", ge=1)
     num_train_epochs: float = F(1.0, "Passes over the training data (ignored when max_steps > 0).", gt=0)
@@ -71,7 +85,8 @@ class TrainConfig:
     fp16: bool = F(False, "float16 mixed precision (fallback where bf16 is unsupported).")
     tf32: Optional[bool] = F(None, "TF32 matmuls on Ampere+ GPUs (null = library default).")
     gradient_checkpointing: bool = F(False, "Recompute activations to save memory.")
-    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens; sampling stages fit prompts into it minus the completion budget (data.too_long).", ge=8)
+    max_seq_length: int = F(4096, "Longest sequence (prompt + completion) in tokens; sampling stages fit prompts into "
+                                  "it minus the completion budget (data.too_long).", ge=8)
     dataloader_num_workers: int = F(0, "Data-loading worker processes.", ge=0, le=64)
     seed: int = F(42, "Random seed for reproducibility.", ge=0)
     output_dir: Optional[str] = F(None, "Run folder; null = runs/<stage>-<timestamp>.")
@@ -79,22 +94,31 @@ class TrainConfig:
     save_steps: int = F(100, "Write a resumable checkpoint every N steps.", ge=1)
     save_total_limit: int = F(3, "Rolling checkpoints kept.", ge=1)
     eval_steps: int = F(50, "Evaluate every N steps when data.eval is set.", ge=1)
-    report_to: list[str] = F(help="Extra trackers when installed: tensorboard (event files in <run>/tensorboard/), wandb (local files in the run folder).", factory=list)
+    report_to: list[str] = F(help="Extra trackers when installed: tensorboard (event files in <run>/tensorboard/), "
+                                  "wandb (local files in the run folder).", factory=list)
 
 
 @dataclass
 class DataConfig:
-    train: Optional[str] = F(None, "Training data: jsonl, json, csv, parquet or a saved datasets folder; `demo` = built-in GRPO task.")
+    train: Optional[str] = F(None, "Training data: jsonl, json, csv, parquet or a saved datasets folder; `demo` = "
+                                   "built-in GRPO task.")
     eval: Optional[str] = F(None, "Optional evaluation data (same formats).")
     prompt_column: str = F("prompt", "Column holding the prompt (text or chat messages).")
     chosen_column: str = F("chosen", "Preference stages: the preferred answer column.")
     rejected_column: str = F("rejected", "Preference stages: the dispreferred answer column.")
     system_prompt: Optional[str] = F(None, "System message prepended to plain-text prompts.")
-    chat_template: str = F("auto", "Plain-text prompts (and preference answers) through the tokenizer's chat template: auto = when the tokenizer has one, always = required, never = raw text. Message lists are always templated.", choices=["auto", "always", "never"])
+    chat_template: str = F("auto", "Plain-text prompts (and preference answers) through the tokenizer's chat template: "
+                                   "auto = when the tokenizer has one, always = required, never = raw text. Message "
+                                   "lists are always templated.", choices=["auto", "always", "never"])
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
-    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both counted in a warning), `error` stops before the run starts.", choices=list(TOO_LONG_MODES))
-    eval_prompts: int = F(16, "Sampling stages (GRPO, PPO, RS-SFT, AWR): prompts sampled from the starting and the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
+    too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's "
+                                  "max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both "
+                                  "counted in a warning), `error` stops before the run "
+                                  "starts.", choices=list(TOO_LONG_MODES))
+    eval_prompts: int = F(16, "Sampling stages (GRPO, PPO, RS-SFT, AWR): prompts sampled from the starting and the "
+                              "final policy (same seed) for summary.json's eval.start / eval.end mean reward: the "
+                              "first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
 @dataclass
@@ -103,16 +127,24 @@ class RewardConfig:
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
     name: Optional[str] = F(None, "Name used in metrics (default: the function's name).")
-    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions get no score (counted as errors); null = no limit, called in the main thread.", gt=0)
+    timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions "
+                                         "get no score (counted as errors); null = no limit, called in the main "
+                                         "thread.", gt=0)
 
 
 @dataclass
 class EnvConfig:
-    name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, `package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); null = single-turn completions scored by `rewards`.")
-    kwargs: dict = F(help="Keyword arguments passed to the environment class (toolsim: variant, steps, forbidden_tools and every reward-table value).", factory=dict)
-    max_episode_length: int = F(20, "Max turns (tool calls) per episode; the episode ends after this many actions.", ge=1, le=1000)
-    step_timeout_s: Optional[float] = F(30.0, "Seconds one env reset/step may run before the episode ends with failure_reward (counted); null = no limit.", gt=0)
-    failure_reward: float = F(-5.0, "Step reward (reward units) when the env faults (raises, times out, returns garbage); the episode ends.")
+    name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, "
+                                  "`package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); "
+                                  "null = single-turn completions scored by `rewards`.")
+    kwargs: dict = F(help="Keyword arguments passed to the environment class (toolsim: variant, steps, forbidden_tools "
+                          "and every reward-table value).", factory=dict)
+    max_episode_length: int = F(20, "Max turns (tool calls) per episode; the episode ends after this many "
+                                    "actions.", ge=1, le=1000)
+    step_timeout_s: Optional[float] = F(30.0, "Seconds one env reset/step may run before the episode ends with "
+                                              "failure_reward (counted); null = no limit.", gt=0)
+    failure_reward: float = F(-5.0, "Step reward (reward units) when the env faults (raises, times out, returns "
+                                    "garbage); the episode ends.")
     num_tasks: int = F(64, "Rows when data.train is not set: task ids 0..N-1, passed to reset as {'task_id': i}.", ge=1)
 
 
@@ -126,15 +158,24 @@ class HardwareConfig:
     machine_rank: int = F(0, "This machine's rank in a multi-node run.", ge=0)
     main_process_ip: Optional[str] = F(None, "Address of rank 0 for multi-node runs.")
     main_process_port: int = F(29500, "Port of rank 0.", ge=1, le=65535)
-    ddp_find_unused_parameters: bool = F(False, "DDP: look for unused parameters (slower; enable if LoRA + frozen layers need it).")
+    ddp_find_unused_parameters: bool = F(False, "DDP: look for unused parameters (slower; enable if LoRA + frozen "
+                                                "layers need it).")
     ddp_bucket_cap_mb: int = F(25, "DDP gradient bucket size in MB.", ge=1)
-    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP sharding.", choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
-    fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
+    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP "
+                                                  "sharding.", choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
+    fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping "
+                                                             "policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
     fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
     deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
-    cpu_threads: Optional[Union[int, str]] = F(None, "torch CPU threads: a count, `auto` = the cores this process may run on (os.sched_getaffinity, divided among local processes; warns when the load average says they are busy), null = torch's default (1 is fastest for tiny models).", ge=1, le=512, also=["auto"])
+    cpu_threads: Optional[Union[int, str]] = F(None, "torch CPU threads: a count, `auto` = the cores this process may "
+                                                     "run on (os.sched_getaffinity, divided among local processes; "
+                                                     "warns when the load average says they are busy), null = torch's "
+                                                     "default (1 is fastest for tiny "
+                                                     "models).", ge=1, le=512, also=["auto"])
     empty_cache_steps: Optional[int] = F(None, "Free the accelerator cache every N steps (helps on MPS).", ge=1)
-    device_memory_gb: Optional[float] = F(None, "Memory of one device in GiB (a card's `GB`, e.g. 40 or 80 for an A100), for `rlft plan`; null = this machine's RAM on cpu/mps, unknown on cuda.", gt=0, le=4096)
+    device_memory_gb: Optional[float] = F(None, "Memory of one device in GiB (a card's `GB`, e.g. 40 or 80 for an "
+                                                "A100), for `rlft plan`; null = this machine's RAM on cpu/mps, unknown "
+                                                "on cuda.", gt=0, le=4096)
 
 
 ACTIONS = ["warn", "stop", "rollback"]
@@ -148,16 +189,23 @@ class MonitorConfig:
     kl_critical: float = F(0.3, "KL to the reference above this is critical.", gt=0)
     entropy_critical: float = F(1.0, "Policy entropy below this is critical (PPO/GRPO).", ge=0)
     kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
-    ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights collapsed onto a few samples.", ge=0, le=1)
+    ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights "
+                             "collapsed onto a few samples.", ge=0, le=1)
     on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
     on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
     on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)
     max_rollbacks: int = F(2, "Rollbacks allowed before a run stops.", ge=0)
     rollback_lr_factor: float = F(0.5, "Learning-rate multiplier applied at each rollback.", gt=0, le=1)
-    max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no reward.", gt=0, le=1)
-    log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 = none, -1 = all.", ge=-1)
-    reward_hot_reload: bool = F(False, "Before each step, re-import a user reward file that changed on disk (kept only if it imports and scores a probe completion) and apply weight changes from <run>/overrides.yaml; each change bumps reward_version in metrics and completion rows.")
-    reward_logs: bool = F(True, "Capture what reward functions print (stdout, stderr, logging) per step and function into reward_logs.jsonl, with call times and failures, instead of the console.")
+    max_reward_failure_fraction: float = F(0.5, "Stop when more than this fraction of completions got no "
+                                                "reward.", gt=0, le=1)
+    log_completions: int = F(4, "Completions (single completions, not groups) per step written to completions.jsonl; 0 "
+                                "= none, -1 = all.", ge=-1)
+    reward_hot_reload: bool = F(False, "Before each step, re-import a user reward file that changed on disk (kept only "
+                                       "if it imports and scores a probe completion) and apply weight changes from "
+                                       "<run>/overrides.yaml; each change bumps reward_version in metrics and "
+                                       "completion rows.")
+    reward_logs: bool = F(True, "Capture what reward functions print (stdout, stderr, logging) per step and function "
+                                "into reward_logs.jsonl, with call times and failures, instead of the console.")
 
 
 def _config_class():
@@ -168,14 +216,18 @@ def _config_class():
         ("lora", LoraConfig, F(help="LoRA adapter.", factory=LoraConfig)),
         ("train", TrainConfig, F(help="Optimizer, schedule, precision, logging and checkpoints.", factory=TrainConfig)),
         ("data", DataConfig, F(help="Datasets and columns.", factory=DataConfig)),
-        ("rewards", list[RewardConfig], F(help="Reward functions: a list of {fn, weight, kwargs, name}.", factory=list)),
+        ("rewards", list[RewardConfig], F(help="Reward functions: a list of {fn, weight, kwargs, "
+                                               "name}.", factory=list)),
     ]
     stages = [(s.section, s.section_cls, F(help=s.section_help, factory=s.section_cls)) for s in stage_sections()]
     tail = [
-        ("env", EnvConfig, F(help="Environment for multi-turn (tool-use) episodes, used by PPO and GRPO.", factory=EnvConfig)),
-        ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed options.", factory=HardwareConfig)),
+        ("env", EnvConfig, F(help="Environment for multi-turn (tool-use) episodes, used by PPO and "
+                                  "GRPO.", factory=EnvConfig)),
+        ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed "
+                                      "options.", factory=HardwareConfig)),
         ("monitor", MonitorConfig, F(help="Health rules and their actions.", factory=MonitorConfig)),
-        ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the trainer's config).", factory=dict)),
+        ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the "
+                             "trainer's config).", factory=dict)),
     ]
     cls = make_dataclass("RlftConfig", head + stages + tail)
     cls.__module__ = __name__

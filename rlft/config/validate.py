@@ -98,7 +98,8 @@ def _walk(composed: Composed, data: dict, cls, prefix: str, problems: list[Probl
         base, _, item = _unwrap(known[key][1])
         if is_dataclass(base):
             if not isinstance(value, dict):
-                problems.append(Problem(path, where, f"`{key}` is a section; expected a mapping of keys, got `{value}`"))
+                problems.append(Problem(path, where, f"`{key}` is a section; expected a mapping of keys, got "
+                                                     f"`{value}`"))
                 continue
             _walk(composed, value, base, path + ".", problems)
         elif base is list and is_dataclass(item):
@@ -129,13 +130,15 @@ def _check_rewards(composed: Composed, path: str, value: Any, problems: list[Pro
             if spec is None:
                 close = difflib.get_close_matches(key, list(REWARD_SPECS), n=1)
                 hint = f"; did you mean `{close[0]}`?" if close else "."
-                problems.append(Problem(f"{ipath}.{key}", where, f"unknown reward key{hint} Valid: {', '.join(REWARD_SPECS)}"))
+                problems.append(Problem(f"{ipath}.{key}", where, f"unknown reward key{hint} Valid: "
+                                                                 f"{', '.join(REWARD_SPECS)}"))
                 continue
             msg = check_value(spec, v)
             if msg:
                 problems.append(Problem(f"{ipath}.{key}", where, msg))
         if "fn" not in item:
-            problems.append(Problem(f"{ipath}.fn", where, "missing: name a built-in reward, `pkg.module:function` or `file.py:function`"))
+            problems.append(Problem(f"{ipath}.fn", where, "missing: name a built-in reward, `pkg.module:function` or "
+                                                          "`file.py:function`"))
 
 
 def _get(data: dict, path: str, default: Any = None) -> Any:
@@ -218,9 +221,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     # hardware fit that needs no torch import: a warning, so a laptop can check a GPU config
     device = g("hw.device")
     if device == "cuda" and not _nvidia_visible():
-        err("hw.device", f"profile `{c.hw}` wants an NVIDIA GPU and none is visible here (fine when checking a config to run elsewhere; use --hw cpu to run locally)", "warning")
+        err("hw.device", f"profile `{c.hw}` wants an NVIDIA GPU and none is visible here (fine when checking a config "
+                         "to run elsewhere; use --hw cpu to run locally)", "warning")
     if device == "mps" and platform.system() != "Darwin":
-        err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run elsewhere)", "warning")
+        err("hw.device", "profile wants Apple MPS, which exists only on macOS (fine when checking a config to run "
+                         "elsewhere)", "warning")
     if device == "cpu" and g("train.bf16") is True:
         err("train.bf16", "bf16 on the cpu profile is slow or unsupported on many CPUs; prefer fp32", "warning")
     msl, sec = g("train.max_seq_length"), spec.section
@@ -399,7 +404,8 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
             hint = f"; did you mean `trl.{close[0]}`?" if close else ""
             problems.append(Problem(path, where, f"not an option of TRL's trainer config for stage `{c.stage}`{hint}"))
         elif key in modeled_by_rlft(c.stage):
-            problems.append(Problem(path, where, f"set `{modeled_by_rlft(c.stage)[key]}` instead: rlft maps it onto TRL itself"))
+            problems.append(Problem(path, where, f"set `{modeled_by_rlft(c.stage)[key]}` instead: rlft maps it onto "
+                                                 "TRL itself"))
 
 
 def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,

@@ -23,7 +23,8 @@ CHAT_TEMPLATE_MODES = ("auto", "always", "never")
 def decide(mode: str, has_template: bool, model: str = "the model") -> bool:
     """Whether plain-text prompts go through the chat template; `always` without one is an error."""
     if mode not in CHAT_TEMPLATE_MODES:
-        raise DataError(f"data.chat_template: `{mode}` is not allowed; expected one of {', '.join(CHAT_TEMPLATE_MODES)}")
+        raise DataError(f"data.chat_template: `{mode}` is not allowed; expected one of "
+                        f"{', '.join(CHAT_TEMPLATE_MODES)}")
     if mode == "always" and not has_template:
         raise DataError(f"data.chat_template is `always` but the tokenizer of {model} has no chat template; "
                         f"use `auto` or `never`, or a model whose tokenizer_config.json has a chat_template")

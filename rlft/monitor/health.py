@@ -87,7 +87,8 @@ def _all_groups_constant(r: dict, m) -> list[Firing]:
         total = sum(errors.values())
         detail = ", ".join(f"{name}: {n}" for name, n in errors.items())
         return [Firing("rewards_all_failed", "warning", "frac_unscored", unscored, 1.0,
-                       f"every reward call failed: no completion got a score ({total} failure(s): {detail or 'none counted'}); "
+                       f"every reward call failed: no completion got a score ({total} failure(s): "
+                       f"{detail or 'none counted'}); "
                        f"the first traceback of each reward is above; fix the reward function")]
     if isinstance(fc, (int, float)) and fc >= 1.0:
         return [Firing("all_groups_constant", "warning", "frac_constant_groups", fc, 1.0,

@@ -161,8 +161,10 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
                                      f"{f((ev.get('end') or {}).get('reward_mean'))} (end)"))
     sampling = summary.get("async")
     if sampling:
-        lines.append(("sampling ahead", f"staleness {f(sampling['staleness_mean'])} mean, {f(sampling['staleness_max'])} max; "
-                                        f"{f(sampling['dropped'])} completions dropped; overlap {f(sampling['overlap_frac'])}"))
+        lines.append(("sampling "
+                      "ahead", f"staleness {f(sampling['staleness_mean'])} mean, {f(sampling['staleness_max'])} max; "
+                                        f"{f(sampling['dropped'])} completions dropped; overlap "
+                                        f"{f(sampling['overlap_frac'])}"))
     best = summary.get("best_checkpoint")
     if best:
         score = f" ({best['metric']} {f(best['value'])} over its last {best.get('window')} steps)" if best.get("metric") else ""

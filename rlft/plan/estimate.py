@@ -146,7 +146,8 @@ def _parameter_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, world: i
     if cfg.lora.enabled:
         n_train, mats, adapted, missing = shape.lora(list(cfg.lora.target_modules), cfg.lora.r)
         if missing:
-            notes.append(f"lora.target_modules not in a {shape.model_type or 'this'} layer, not counted: {', '.join(missing)}")
+            notes.append(f"lora.target_modules not in a {shape.model_type or 'this'} layer, not counted: "
+                         f"{', '.join(missing)}")
         out.append(T.lora_params(n_train, cfg.lora.r, adapted, shape.num_layers, pr.train_b, sw))
     else:
         n_train, mats, adapted = n_all, shape.matrices(), []
@@ -220,7 +221,8 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
     w = workload(cfg, world)
     sw, _, _, how = sharding(cfg, world)
     offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
-    notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
+    notes = ["per device: "
+             f"{how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
              f"batch: {w.what}"]
     params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
     out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),

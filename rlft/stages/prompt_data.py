@@ -90,7 +90,8 @@ def check_reward_columns(ds, suite, source: str = "data.train") -> None:
         try:
             wanted = required_columns(r.fn, r.kwargs)
         except Exception as exc:  # noqa: BLE001 - a broken declaration is reported like a missing column
-            raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: {exc}") from None
+            raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: "
+                           f"{exc}") from None
         needs[r.name] = [c for c in wanted if c not in r.kwargs]
     problems = missing_reward_columns([c for c in ds.column_names if c != "prompt"], needs, source)
     if problems:

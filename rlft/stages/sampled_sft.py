@@ -150,7 +150,8 @@ class SampledSFT:
             ctx.eval["start"] = state["eval_start"]
         elif eval_set is not None:
             ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set)
-            self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} samples")
+            self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} "
+                      "samples")
             self._save_state(state)
         round_steps_done = state.setdefault("round_steps", {})  # optimizer steps of each trained round
         steps = sum(v for k, v in round_steps_done.items() if int(k) < first)

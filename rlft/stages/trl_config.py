@@ -34,4 +34,5 @@ def build_trl_config(config_cls, args: dict, cfg: RlftConfig, composed: Composed
         lookup = first.replace("[].weight", "")  # `rewards[].weight` is set where `rewards` is
         layer = composed.layer_of(lookup) if composed is not None else "config"
         also = f" (also involves {', '.join(others)})" if others else ""
-        raise ConfigError([Problem(first, layer, f"TRL's {config_cls.__name__} rejected the settings{also}: {text}")]) from None
+        raise ConfigError([Problem(first, layer, f"TRL's {config_cls.__name__} rejected the settings{also}: "
+                                                 f"{text}")]) from None

@@ -144,7 +144,8 @@ def _health_tables(runs: list[RunData]) -> str:
         rows = []
         for e in run.health[:2000]:
             kind = "rollback" if e.get("rule") == "rollback" else e.get("level", "")
-            rows.append(f"<tr><td class=num>{_e(e.get('step'))}</td><td><span class='badge {_e(kind)}'>{_e(kind)}</span></td>"
+            rows.append(f"<tr><td class=num>{_e(e.get('step'))}</td><td><span class='badge "
+                        f"{_e(kind)}'>{_e(kind)}</span></td>"
                         f"<td>{_e(e.get('rule', ''))}</td><td>{_e(e.get('metric', ''))}</td>"
                         f"<td class=num>{_e(_fmt(e.get('value')))}</td><td>{_e(e.get('action', ''))}</td>"
                         f"<td>{_e(e.get('message', e.get('source', '')))}</td></tr>")
@@ -152,7 +153,8 @@ def _health_tables(runs: list[RunData]) -> str:
         marks = health_marks(run)
         counts = ", ".join(f"{len(v)} step(s) with {k}" for k, v in marks.items() if v)
         parts.append(f"<details><summary>{_e(run.name)}: {len(run.health)} health events{more}; {_e(counts)}</summary>"
-                     "<div class=scroll><table><thead><tr><th class=num>step</th><th>level</th><th>rule</th><th>metric</th>"
+                     "<div class=scroll><table><thead><tr><th "
+                     "class=num>step</th><th>level</th><th>rule</th><th>metric</th>"
                      "<th class=num>value</th><th>action</th><th>message</th></tr></thead><tbody>"
                      + "".join(rows) + "</tbody></table></div></details>")
     return "".join(parts) or "<p class=muted>No health events.</p>"
@@ -204,7 +206,8 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") ->
     names = ", ".join(r.name for r in runs)
     no_logs = [r.name for r in runs if not r.reward_logs]
     logs_note = (f"<p class=note>No reward logs captured for {_e(', '.join(no_logs))}: reward_logs.jsonl is written "
-                 "by GRPO, RS-SFT and AWR runs while monitor.reward_logs is on (the default), one row per step and reward "
+                 "by GRPO, RS-SFT and AWR runs while monitor.reward_logs is on (the default), one row per step and "
+                 "reward "
                  "function.</p>" if no_logs else "")
     version_note = ""
     changes = [(r.name, version_changes(r.metrics)) for r in runs if version_changes(r.metrics)]

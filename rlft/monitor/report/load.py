@@ -177,7 +177,8 @@ def read_summary(path: Path) -> tuple[dict, list[str]]:
     wrong += [f"eval.{k}" for k in ("start", "end") if ev.get(k) is not None and not isinstance(ev[k], dict)]
     if "eval" in data:
         data["eval"] = {k: v for k, v in ev.items() if f"eval.{k}" not in wrong}
-    return data, ([f"summary.json: {len(wrong)} field(s) of the wrong kind ignored ({', '.join(wrong)})"] if wrong else [])
+    return data, ([f"summary.json: {len(wrong)} field(s) of the wrong kind ignored "
+                   f"({', '.join(wrong)})"] if wrong else [])
 
 
 def _stage(path: Path, summary: dict, metrics: list) -> str:
