@@ -4,6 +4,8 @@ evaluation rows come from `rlft.stages.prompt_data.eval_rows` (checked like the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 
 from rlft.rollout.sample import SamplingParams, sample
@@ -15,7 +17,7 @@ EVAL_SEED_OFFSET = 7919  # evaluation draws from its own seed (train.seed + this
 
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams) -> dict:
-    """{"reward_mean", "n" (scored samples), "prompts", "unscored"}. Not counted toward the reward-failure
+    """{"reward_mean", "n" (scored samples), "prompts", "unscored", "eval_set"}. Not counted toward the reward-failure
     guard, and the suite's metric window is left empty (evaluation never shows up in a training step's
     reward metrics); the training RNG is untouched when `params.seed` is set."""
     rollouts = sample(model, tokenizer, prompts, n, params)
@@ -24,4 +26,10 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     suite.pop_logs()  # nor is what the rewards printed while scoring them (reward_logs.jsonl is per step)
     scored = [t for t in totals if t is not None]
     return {"reward_mean": round(statistics.fmean(scored), 6) if scored else None, "n": len(scored),
-            "prompts": len(prompts), "unscored": len(totals) - len(scored)}
+            "prompts": len(prompts), "unscored": len(totals) - len(scored), "eval_set": eval_set(prompts, suite.names)}
+
+
+def eval_set(prompts: list, reward_names: list[str]) -> str:
+    """A short digest of the prompts and the rewards: two stages' numbers compare only when theirs match."""
+    text = json.dumps([prompts, list(reward_names)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

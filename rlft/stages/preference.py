@@ -87,15 +87,18 @@ def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_pr
 
 def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None) -> int:
     """DPO's and ORPO's recipe, top to bottom: data and TRL settings (checked before anything is written) ->
-    run folder -> model + tokenizer -> TRL config -> train -> final adapter. `trl_config(cfg, output_dir,
+    run folder -> model + tokenizer -> TRL config -> eval.start -> train -> final adapter -> eval.end (with `rewards:`
+    or data.eval; see rlft.stages.preference_eval). `trl_config(cfg, output_dir,
     composed)` builds the stage's TRL config; `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)`
     its trainer, with `ref` from `load_reference(cfg)` (loaded before the run folder opens) or None."""
     from rlft.runtime import RunContext, quiet_libraries
+    from rlft.stages.preference_eval import PreferenceEval
 
     section = getattr(cfg, cfg.stage)
     quiet_libraries(opts.verbose)
     train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
     trl_config(cfg, cfg.train.output_dir or ".", composed)  # likewise TRL's objections to the settings
+    evaluation = PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)  # likewise the rewards and their columns
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.models.loading import load_model_and_tokenizer
 
@@ -106,4 +109,8 @@ def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, lo
         args = trl_config(cfg, str(ctx.run.checkpoints), composed)
         print_start(cfg, len(train_ds), section.max_length, section.max_prompt_length, (chat_note,))
         trainer = make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)
-        return ctx.train(trainer, tokenizer)
+        evaluation.start(trainer, tokenizer, eval_ds if eval_ds is not None else train_ds, ctx)
+        code = ctx.train(trainer, tokenizer)
+        if code == 0:
+            evaluation.end(trainer, ctx)
+        return code

@@ -1,0 +1,77 @@
+"""Evaluation of the preference stages (DPO, ORPO), so a pipeline can compare them with the sampling stages:
+with `rewards:` configured, fresh samples on the first data.eval_prompts prompts of the preference data (data.eval,
+or data.train without it) from the starting and the final policy, scored by those rewards exactly as the sampling
+stages score theirs (summary.json's eval.start / eval.end); with data.eval, the last held-out preference accuracy
+TRL logged (eval.end.preference_accuracy)."""
+
+from __future__ import annotations
+
+import sys
+
+from rlft.config.schema import RlftConfig
+
+SAMPLES_PER_PROMPT = 4  # a preference stage has no group size of its own; a few samples per prompt steady the mean
+
+
+class PreferenceEval:
+    """`PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)` before the run folder (bad rewards or missing
+    reward columns: RunError, exit 2); `.start(trainer, ctx)` / `.end(trainer, ctx)` around training."""
+
+    def __init__(self, cfg: RlftConfig, suite, source):
+        self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
+
+    @classmethod
+    def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
+        from rlft.stages.prompt_data import check_reward_columns, reward_suite
+
+        suite = None
+        source = eval_ds if eval_ds is not None else train_ds
+        if cfg.rewards and cfg.data.eval_prompts:
+            suite = reward_suite(cfg, composed)
+            check_reward_columns(source, suite, "data.eval" if eval_ds is not None else "data.train")
+        return cls(cfg, suite, source)
+
+    def rows(self, source) -> list[dict]:
+        """The evaluation rows of `source` (the preference rows after the chat-template setting)."""
+        k = self.cfg.data.eval_prompts
+        return source.select(range(min(k, len(source)))).to_list() if self.suite is not None else []
+
+    def _evaluate(self, model, rows: list[dict]) -> dict:
+        from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+        from rlft.stages.preference import max_length
+
+        section = getattr(self.cfg, self.cfg.stage)
+        # the answer budget the stage trains with: what fits beside the longest prompt
+        answer = max(1, max_length(self.cfg, section.max_length) - section.max_prompt_length)
+        params = SamplingParams(max_new_tokens=answer, batch_size=self.cfg.train.per_device_train_batch_size,
+                                seed=self.cfg.train.seed + EVAL_SEED_OFFSET)
+        prompts = [r["prompt"] for r in rows]
+        columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
+        return evaluate(model, self.tokenizer, self.suite, prompts, columns, SAMPLES_PER_PROMPT, params)
+
+    def start(self, trainer, tokenizer, source, ctx) -> None:
+        """eval.start from the policy as this stage starts it. On --resume the trainer still holds that policy
+        here (the checkpoint loads when training begins), so the same seed measures the same number again."""
+        self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
+        if self.eval_rows:
+            ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows)
+
+    def end(self, trainer, ctx) -> None:
+        """eval.end after a finished run: the reward mean of fresh samples and the held-out preference accuracy."""
+        if self.eval_rows:
+            ctx.eval["end"] = self._evaluate(trainer.accelerator.unwrap_model(trainer.model), self.eval_rows)
+        accuracy = last_logged(trainer.state.log_history, "eval_rewards/accuracies")
+        if accuracy is not None:
+            ctx.eval.setdefault("end", {})["preference_accuracy"] = round(accuracy, 6)
+        if ctx.eval:
+            start, end = ctx.eval.get("start", {}), ctx.eval.get("end", {})
+            parts = [f"mean reward {start.get('reward_mean')} at the start, {end.get('reward_mean')} at the end "
+                     f"({end.get('n')} fresh samples)"] if self.eval_rows else []
+            if accuracy is not None:
+                parts.append(f"held-out preference accuracy {accuracy:.3f}")
+            print(f"rlft: eval: {'; '.join(parts)}", file=sys.stderr)
+
+
+def last_logged(history: list[dict], key: str) -> float | None:
+    """The last value of `key` in a trainer's log history (None when it was never logged)."""
+    return next((row[key] for row in reversed(history) if isinstance(row.get(key), (int, float))), None)
