@@ -46,11 +46,20 @@ def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) 
 
 
 def write_pipeline_summary(pipe: Pipeline, records: dict[int, dict], status: str) -> None:
-    rows = [records.get(e.index) or _stage_record(pipe, e) for e in pipe.stages]
+    from rlft.pipeline.table import with_evals
+
+    rows = with_evals([records.get(e.index) or _stage_record(pipe, e) for e in pipe.stages])
     data = {"pipeline": pipe.name, "file": str(pipe.path), "status": status, "stages": rows}
     tmp = pipe.output_dir / (SUMMARY + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     tmp.replace(pipe.output_dir / SUMMARY)
+
+
+def print_table(pipe: Pipeline, records: dict[int, dict]) -> None:
+    """Stage by stage, whether it helped: status, steps, eval reward start -> end, and the warnings."""
+    from rlft.pipeline.table import format_table
+
+    print(format_table([records.get(e.index) or _stage_record(pipe, e) for e in pipe.stages]), flush=True)
 
 
 PIPELINE_KIND = "pipeline"
@@ -118,10 +127,12 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         records[entry.index].setdefault("wall_s", round(time.monotonic() - t0, 3))
         if code != 0:
             write_pipeline_summary(pipe, records, "interrupted" if code >= 128 else "failed")
+            print_table(pipe, records)
             print(f"rlft pipeline: stopped in {entry.label} (exit {code}); continue with `{resume_cmd}`", file=sys.stderr)
             return code
         write_pipeline_summary(pipe, records, "running")
         previous = run_dir
     write_pipeline_summary(pipe, records, "finished")
+    print_table(pipe, records)
     print(f"rlft pipeline: {len(pipe.stages)} stages finished; summary in {pipe.output_dir / SUMMARY}", file=sys.stderr)
     return 0

@@ -1,0 +1,81 @@
+"""Whether a pipeline's stages helped: the warning rule and the table on hand-made stage records, and, through the
+CLI, the pipeline demo in miniature with every stage's eval numbers in pipeline_summary.json and the table."""
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_cli
+from rlft.pipeline.table import format_table, stage_warnings, with_evals
+
+
+def record(index, stage, start, end, eval_set="same", status="finished", steps=2, **end_extra):
+    ev = {}
+    if start is not None:
+        ev["start"] = {"reward_mean": start, "n": 8, "eval_set": eval_set}
+    if end is not None or end_extra:
+        ev["end"] = {"reward_mean": end, "n": 8, "eval_set": eval_set, **end_extra}
+    return {"index": index, "name": stage, "stage": stage, "status": status, "steps": steps, "eval": ev}
+
+
+def test_a_stage_that_ends_below_its_start_warns_with_both_numbers():
+    assert stage_warnings([record(1, "grpo", 0.5, 0.25)]) == [
+        ["eval reward fell within the stage: 0.5 at the start, 0.25 at the end"]]
+    assert stage_warnings([record(1, "grpo", 0.25, 0.5)]) == [[]]
+
+
+def test_a_stage_that_ends_below_the_previous_end_warns_naming_it():
+    records = [record(1, "rs_sft", 0.1, 0.6), record(2, "grpo", 0.2, 0.4)]  # up within the stage, below stage 1
+    assert stage_warnings(records) == [[], ["eval reward ended below the stage before: 0.4 here, 0.6 at the end "
+                                            "of rs_sft"]]
+
+
+def test_stages_without_eval_neither_warn_nor_break_the_chain():
+    records = [record(1, "rs_sft", 0.1, 0.6), record(2, "dpo", None, None), record(3, "grpo", 0.3, 0.5)]
+    warnings = stage_warnings(records)
+    assert warnings[1] == [] and warnings[2] == ["eval reward ended below the stage before: 0.5 here, 0.6 at the "
+                                                 "end of rs_sft"]
+
+
+def test_different_eval_sets_are_not_compared_across_stages():
+    records = [record(1, "orpo", 0.1, 0.9, eval_set="abc"), record(2, "grpo", 0.2, 0.4, eval_set="xyz")]
+    assert stage_warnings(records) == [[], []]
+
+
+def test_records_get_eval_start_end_and_warnings():
+    rows = with_evals([record(1, "grpo", 0.5, 0.25), {"index": 2, "name": "ppo", "stage": "ppo", "status": "pending"}])
+    assert (rows[0]["eval_start"], rows[0]["eval_end"], len(rows[0]["warnings"])) == (0.5, 0.25, 1)
+    assert (rows[1]["eval_start"], rows[1]["eval_end"], rows[1]["warnings"]) == (None, None, [])
+
+
+def test_table_lines_stage_by_stage_with_warnings_below():
+    text = format_table([record(1, "orpo", 0.05, 0.3, preference_accuracy=0.875), record(2, "rs_sft", 0.3, 0.2),
+                         record(3, "grpo", None, None, status="pending", steps=None)])
+    lines = text.splitlines()
+    assert lines[0].split() == ["#", "name", "stage", "status", "steps", "eval", "reward", "(start", "->", "end)"]
+    assert lines[1].split()[:5] == ["1", "orpo", "orpo", "finished", "2"]
+    assert "0.05 -> 0.3 (held-out pair accuracy 0.875)" in lines[1]
+    assert "0.3 -> 0.2" in lines[2]
+    assert lines[3] == "    warning: eval reward fell within the stage: 0.3 at the start, 0.2 at the end"
+    assert lines[4] == "    warning: eval reward ended below the stage before: 0.2 here, 0.3 at the end of orpo"
+    assert lines[5].split() == ["3", "grpo", "grpo", "pending", "-", "-"]
+
+
+@pytest.mark.e2e
+def test_pipeline_demo_reports_each_stages_eval(tmp_path):
+    res = run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", "stages.1.train.max_steps=2",
+                  "stages.2.rs_sft.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
+                  "stages.3.train.max_steps=2", "data.eval_prompts=4", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "pipeline_demo" / "pipeline_summary.json").read_text())
+    stages = summary["stages"]
+    assert [s["stage"] for s in stages] == ["orpo", "rs_sft", "grpo"]
+    for s in stages:  # every stage of the demo has rewards, ORPO's scoring its samples only
+        assert isinstance(s["eval_start"], float) and isinstance(s["eval_end"], float), s
+        assert s["eval"]["end"]["n"] > 0 and isinstance(s["warnings"], list)
+    header = next(i for i, line in enumerate(res.stdout.splitlines()) if line.startswith("#"))
+    rows = [line.split() for line in res.stdout.splitlines()[header + 1:] if not line.startswith(" ")]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("1", "orpo", "finished"), ("2", "rs_sft", "finished"),
+                                                  ("3", "grpo", "finished")]
+    for r, s in zip(rows, stages):
+        assert f"{s['eval_start']:.4g} -> {s['eval_end']:.4g}" in " ".join(r)
