@@ -116,8 +116,8 @@ class DataConfig:
                                   "max_tokens (in tokens): `truncate` keeps their last tokens, `drop` skips them (both "
                                   "counted in a warning), `error` stops before the run "
                                   "starts.", choices=list(TOO_LONG_MODES))
-    eval_prompts: int = F(16, "Sampling stages (GRPO, PPO, RS-SFT, AWR): prompts sampled from the starting and the "
-                              "final policy (same seed) for summary.json's eval.start / eval.end mean reward: the "
+    eval_prompts: int = F(16, "Sampling stages, and DPO/ORPO with `rewards:`: prompts sampled from the starting and "
+                              "the final policy (same seed) for summary.json's eval.start / eval.end mean reward: the "
                               "first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
