@@ -73,8 +73,9 @@ def test_pipeline_demo_reports_each_stages_eval(tmp_path):
     for s in stages:  # every stage of the demo has rewards, ORPO's scoring its samples only
         assert isinstance(s["eval_start"], float) and isinstance(s["eval_end"], float), s
         assert s["eval"]["end"]["n"] > 0 and isinstance(s["warnings"], list)
-    header = next(i for i, line in enumerate(res.stdout.splitlines()) if line.startswith("#"))
-    rows = [line.split() for line in res.stdout.splitlines()[header + 1:] if not line.startswith(" ")]
+    lines = res.stderr.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("#  name"))
+    rows = [line.split() for line in lines[header + 1:] if not line.startswith(" ")][:3]
     assert [(r[0], r[2], r[3]) for r in rows] == [("1", "orpo", "finished"), ("2", "rs_sft", "finished"),
                                                   ("3", "grpo", "finished")]
     for r, s in zip(rows, stages):

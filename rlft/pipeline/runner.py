@@ -56,10 +56,12 @@ def write_pipeline_summary(pipe: Pipeline, records: dict[int, dict], status: str
 
 
 def print_table(pipe: Pipeline, records: dict[int, dict]) -> None:
-    """Stage by stage, whether it helped: status, steps, eval reward start -> end, and the warnings."""
+    """Stage by stage, whether it helped: status, steps, eval reward start -> end, and the warnings (on stderr,
+    with the pipeline's other lines: stdout stays for what wraps a pipeline, e.g. --smoke's verdict)."""
     from rlft.pipeline.table import format_table
 
-    print(format_table([records.get(e.index) or _stage_record(pipe, e) for e in pipe.stages]), flush=True)
+    print(format_table([records.get(e.index) or _stage_record(pipe, e) for e in pipe.stages]), file=sys.stderr,
+          flush=True)
 
 
 PIPELINE_KIND = "pipeline"
