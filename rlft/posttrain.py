@@ -250,7 +250,8 @@ def export(target: Target, out: Path, merge: bool) -> Path:
         merged.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
     else:
-        shutil.copytree(target.weights, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
+        shutil.copytree(target.weights, out, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",
                                                                           "trainer_state.json", "training_args.bin",
                                                                           "rlft_*"))
         if not target.is_adapter:  # a full model folder: copied as it is

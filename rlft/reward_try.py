@@ -283,7 +283,8 @@ def write_rows(out: Path, items: list[Item], scored: Scored) -> None:
         part = range(start, end)
         log.write(items[start].step, [items[i].prompt_id for i in part], [as_text(items[i].prompt) for i in part],
                   [as_text(items[i].completion) for i in part],
-                  {name: [v[i] for i in part] for name, v in scored.per_reward.items()}, [scored.total[i] for i in part])
+                  {name: [v[i] for i in part] for name,
+                   v in scored.per_reward.items()}, [scored.total[i] for i in part])
         start = end
 
 

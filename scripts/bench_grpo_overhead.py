@@ -104,7 +104,8 @@ def compare(name: str, overrides: list[str], rounds: int, steps: int, warmup: in
     med = {k: statistics.median(v) for k, v in times.items()}
     peak = {k: statistics.median(v) for k, v in rss.items()}
     ratio, rss_ratio = med["rlft"] / med["trl"], peak["rlft"] / peak["trl"]
-    print(f"{name:<44} TRL {med['trl'] * 1000:7.1f} ms/step {peak['trl'] / 1024:7.0f} MiB   rlft {med['rlft'] * 1000:7.1f} "
+    print(f"{name:<44} TRL {med['trl'] * 1000:7.1f} ms/step {peak['trl'] / 1024:7.0f} MiB   rlft "
+          f"{med['rlft'] * 1000:7.1f} "
           f"ms/step {peak['rlft'] / 1024:7.0f} MiB   time ratio {ratio:.3f}   RSS ratio {rss_ratio:.3f}   "
           f"({len(times['trl'])} steps, {rounds} runs each)", flush=True)
     return ratio, rss_ratio

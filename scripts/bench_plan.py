@@ -90,13 +90,15 @@ def main() -> int:
             plan = planned(args)
             rss, wall = measured(args, Path(tmp) / stage)
             top = sorted(((k, v) for k, v in plan["terms"].items()), key=lambda kv: -kv[1])[:3]
-            rows.append({"stage": stage, "model": Path(model).name, "planned_gb": plan["peak_gb"], "rss_gb": round(rss, 4),
+            rows.append({"stage": stage, "model": Path(model).name, "planned_gb": plan["peak_gb"],
+                         "rss_gb": round(rss, 4),
                          "ratio": round(plan["peak_gb"] / rss, 3), "peak_phase": plan["peak_phase"],
                          "top_terms": dict(top), "plan_s": round(plan["seconds"], 2), "train_s": round(wall, 1)})
             if opts.json:
                 print(json.dumps(rows[-1]), flush=True)
     if not opts.json:
-        print(f"{'stage':<6} {'model':<24} {'planned GiB':>11} {'peak RSS GiB':>12} {'plan/RSS':>8}  largest terms (GiB)")
+        print(f"{'stage':<6} {'model':<24} {'planned GiB':>11} {'peak RSS GiB':>12} {'plan/RSS':>8}  largest terms "
+              "(GiB)")
         for r in rows:
             top = ", ".join(f"{k} {v:.3f}" for k, v in r["top_terms"].items())
             print(f"{r['stage']:<6} {r['model'][:24]:<24} {r['planned_gb']:>11.3f} {r['rss_gb']:>12.3f} "

@@ -63,7 +63,8 @@ def make_run(root: Path, steps: int, completions: int, chars: int, seed: int = 0
             for name in REWARDS:
                 logs.write(json.dumps({"step": s, "reward": name, "calls": 1, "ms": rng.random() * 20,
                                        "errors": int(row[f"rewards/{name}/errors"]),
-                                       "output": f"{name}: scored {per_step} completions" if s % 10 == 0 else ""}) + "\n")
+                                       "output": f"{name}: scored {per_step} "
+                                                 "completions" if s % 10 == 0 else ""}) + "\n")
     with open(root / "health.jsonl", "w") as h:
         for s in range(50, steps, 97):
             h.write(json.dumps({"step": s, "rule": "grad_norm_high", "level": "warning", "metric": "grad_norm",

@@ -81,7 +81,8 @@ def main() -> int:
     ratio = rate["rlft"] / rate["plain"]
     print(f"{a.prompts} prompts x {a.n} completions, max_new_tokens {a.max_new_tokens}, temperature {a.temperature}, "
           f"top_p {a.top_p}, {a.threads} thread(s), {a.device}; {a.rounds} rounds; same tokens drawn: {same}")
-    print(f"plain model.generate  {rate['plain']:8.1f} completions/s  (median {statistics.median(times['plain']):.3f} s)")
+    print(f"plain model.generate  {rate['plain']:8.1f} completions/s  (median {statistics.median(times['plain']):.3f} "
+          "s)")
     print(f"rlft.rollout.sample   {rate['rlft']:8.1f} completions/s  (median {statistics.median(times['rlft']):.3f} s)")
     print(f"ratio rlft/plain      {ratio:.3f}")
     return 0 if same else 1

@@ -127,7 +127,8 @@ class Browser:
             while mid not in self._replies:
                 left = deadline - time.monotonic()
                 if left <= 0 or self.proc.poll() is not None:
-                    raise TimeoutError(f"no reply to {method} (browser exit code {self.proc.poll()}): {self.log_tail()}")
+                    raise TimeoutError(f"no reply to {method} (browser exit code {self.proc.poll()}): "
+                                       f"{self.log_tail()}")
                 self._cond.wait(min(left, 0.5))
             reply = self._replies.pop(mid)
         if "error" in reply:

@@ -61,7 +61,8 @@ def test_weights_clipped_case():
     assert w.tolist() == pytest.approx([math.exp(-5), 10.0], rel=1e-5)
     assert fraction_clipped(w, 10.0).item() == 0.5
     # ESS = (10.006738)^2 / (2 * (100 + 4.54e-5)) = 0.50067
-    assert effective_sample_size(w).item() == pytest.approx((10 + math.exp(-5)) ** 2 / (2 * (100 + math.exp(-10))), rel=1e-6)
+    assert effective_sample_size(w).item() == pytest.approx((10 + math.exp(-5)) ** 2 / (2 * (100 + math.exp(-10))),
+                                                            rel=1e-6)
 
 
 def test_all_equal_group_gives_uniform_weights():

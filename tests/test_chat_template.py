@@ -26,13 +26,15 @@ def test_decide_and_describe():
     with pytest.raises(DataError, match="`always` but the tokenizer of m has no chat template"):
         decide("always", False, "m")
     assert describe("auto", True, True) == "chat template applied to plain-text prompts (auto: the tokenizer has one)"
-    assert describe("auto", False, False) == "plain-text prompts used as they are, no chat template (auto: the tokenizer has none)"
+    assert describe("auto", False,
+                    False) == "plain-text prompts used as they are, no chat template (auto: the tokenizer has none)"
     assert describe("never", True, False).endswith("(never)")
     assert describe("never", True, False, kind="chat") == "chat template applied (the prompts are chat messages)"
 
 
 def test_plain_rows_become_messages():
-    assert prompt_messages("Hi", "Be brief") == [{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Hi"}]
+    assert prompt_messages("Hi", "Be brief") == [{"role": "system", "content": "Be brief"},
+                                                 {"role": "user", "content": "Hi"}]
     chat = [{"role": "user", "content": "Hi"}]
     assert prompt_messages(chat) is chat
     row = preference_messages({"prompt": "Q", "chosen": "good", "rejected": "bad"})

@@ -85,7 +85,8 @@ def test_custom_baseline_is_a_module_function_found_without_importing_it():
     Path("my_baselines.py").write_text("raise SystemExit('imported')\ndef centred(r, g, v):\n    return r\n")
     ok(*GRPO, "grpo.baseline_mode=my_baselines:centred")
     key, _, msg = one_error(*GRPO, "grpo.baseline_mode=my_baselines:centered")
-    assert key == "grpo.baseline_mode" and "Did you mean 'centred'?" in msg and "baseline 'my_baselines:centered'" in msg
+    assert key == "grpo.baseline_mode" and "Did you mean 'centred'?" in msg \
+            and "baseline 'my_baselines:centered'" in msg
     _, _, msg = one_error(*GRPO, "grpo.baseline_mode=no_such_module_zz:fn")
     assert "no module named 'no_such_module_zz'" in msg
     _, _, msg = one_error(*GRPO, "grpo.baseline_mode=my_baselines.py:centred")  # get_baseline imports modules only
@@ -173,7 +174,8 @@ def test_a_grpo_batch_larger_than_the_data_is_refused():
     assert "data.train (demo) has 64 rows" in msg
     # `rewards try` only scores: the data of its config need not fill a training batch
     Path("c.jsonl").write_text(json.dumps({"row": {"prompt": "q0", "answer": "0"}, "completion": "0"}) + "\n")
-    ok("rewards", "try", "data.train=d.jsonl", "rewards=[exact_match]", "grpo.batch_size=1000", "--completions", "c.jsonl")
+    ok("rewards", "try", "data.train=d.jsonl", "rewards=[exact_match]", "grpo.batch_size=1000", "--completions",
+       "c.jsonl")
 
 
 def test_a_huge_batch_size_is_answered_at_once():

@@ -88,6 +88,7 @@ def test_lazy_package_names_resolve_to_the_same_objects():
             "assert all(getattr(c, n) is not None for n in c.__all__)\n"
             "assert all(getattr(r, n) is not None for n in r.__all__)\n"
             "from rlft.rewards import registry, SafeReward\n"
-            "assert SafeReward is sys.modules['rlft.rewards.safe'].SafeReward and registry.__name__ == 'rlft.rewards.registry'\n")
+            "assert SafeReward is sys.modules['rlft.rewards.safe'].SafeReward and registry.__name__ == "
+            "'rlft.rewards.registry'\n")
     proc = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -314,7 +314,8 @@ def test_label_smoothing_only_where_trl_applies_it():
     key, layer, msg = one_error("--stage", "dpo", "dpo.label_smoothing=0.1", "dpo.loss_type=hinge")
     assert (key, layer) == ("dpo.label_smoothing", "command line") and "hinge" in msg
     for loss in ("sigmoid", "robust"):
-        assert cli("validate-config", "--stage", "dpo", "dpo.label_smoothing=0.1", f"dpo.loss_type={loss}").exit_code == 0
+        assert cli("validate-config", "--stage", "dpo", "dpo.label_smoothing=0.1",
+                   f"dpo.loss_type={loss}").exit_code == 0
 
 
 def test_dpo_without_reference_warns_that_it_uses_the_base_model():

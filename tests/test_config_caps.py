@@ -28,7 +28,8 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
 
 
 def test_alias_bomb_on_the_command_line_is_refused(tmp_path):
-    nested = "{" + ", ".join(f"k{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" if i else "k0: &a0 [1,1,1,1,1,1,1,1,1,1]"
+    nested = "{" + ", ".join(f"k{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" if i else "k0: &a0 "
+                                                                                               "[1,1,1,1,1,1,1,1,1,1]"
                              for i in range(9)) + "}"
     res = run_cli("validate-config", f"x.y={nested}", timeout=60)
     assert res.returncode == 2 and "aliases" in res.stderr and "Traceback" not in res.stderr

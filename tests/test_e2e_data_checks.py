@@ -23,7 +23,8 @@ def _train(tmp_path, data, *extra):
 
 
 def test_a_200kb_prompt_is_truncated_and_the_run_trains(tmp_path):
-    rows = [{"prompt": "Repeat the letter z:", "target": "z"}] * 3 + [{"prompt": "x " * 100_000 + "Repeat z:", "target": "z"}]
+    rows = [{"prompt": "Repeat the letter z:", "target": "z"}] * 3 + [{"prompt": "x " * 100_000 + "Repeat z:",
+                                                                       "target": "z"}]
     data = _data(tmp_path, rows)
     res, out = _train(tmp_path, data, "train.max_steps=2", "train.max_seq_length=64")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -65,7 +66,8 @@ def test_missing_reward_columns_are_refused_before_the_run_folder(tmp_path):
     assert "reward `char_fraction` reads column `target`" in res.stderr and "did you mean `targt`?" in res.stderr
     assert not out.exists() and "Traceback" not in res.stderr
     # a user function's declared columns (its code is not run by validate-config) are checked before the run folder
-    res, out = _train(tmp_path, data, "train.max_steps=1", "rewards=[{fn: 'tests/fixtures/column_reward.py:by_difficulty'}]")
+    res, out = _train(tmp_path, data, "train.max_steps=1", "rewards=[{fn: "
+                                                           "'tests/fixtures/column_reward.py:by_difficulty'}]")
     assert res.returncode == 2, res.stderr[-3000:]
     assert "reward 'by_difficulty' reads column 'difficulty'" in res.stderr
     assert not out.exists() and "Traceback" not in res.stderr

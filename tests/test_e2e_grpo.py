@@ -36,13 +36,15 @@ def test_demo_learns(tmp_path):
 
 @pytest.mark.parametrize("overrides", [
     ["grpo.baseline_mode=group_mean_std", "grpo.remove_constant_reward_groups=true"],
-    ["grpo.baseline_mode=leave_one_out", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=loss", "grpo.adaptive_kl=true"],
+    ["grpo.baseline_mode=leave_one_out", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=loss",
+     "grpo.adaptive_kl=true"],
     ["grpo.baseline_mode=global_mean", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage",
      "grpo.kl_discount_factor=0.5", "grpo.num_substeps=2"],
     ["grpo.baseline_mode=group_mean", "grpo.kl_penalty_coef=0.1", "grpo.adaptive_kl=true", "grpo.loss_fn=ppo",
      "grpo.ppo_epochs=2"],
     ["grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage"],
-], ids=["group_mean_std+filter", "loo+kl_loss", "global+kl_adv_discount", "group_mean+adaptive_kl_adv+ppo", "kl_adv_on_policy"])
+], ids=["group_mean_std+filter", "loo+kl_loss", "global+kl_adv_discount", "group_mean+adaptive_kl_adv+ppo",
+        "kl_adv_on_policy"])
 def test_modes_run_and_write_metrics(tmp_path, overrides):
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
@@ -80,7 +82,8 @@ def test_failing_reward_does_not_kill_the_run(tmp_path):
 
 def test_reward_failure_guard_stops_the_run(tmp_path):
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=30",
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "train.max_steps=30",
                   "rewards=[{fn: 'tests/fixtures/flaky_reward.py:flaky'}]", "monitor.max_reward_failure_fraction=0.2")
     assert res.returncode != 0
     assert "max_failure_fraction" in res.stderr or "no score" in res.stderr

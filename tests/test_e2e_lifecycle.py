@@ -49,7 +49,8 @@ def test_sigterm_then_resume_matches_uninterrupted(tmp_path):
     assert worst < 1e-4, worst
 
     # a finished run has nothing left to do
-    again = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT, "--resume")
+    again = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *SHORT,
+                    "--resume")
     assert again.returncode == 2 and "nothing left to do" in again.stderr
 
 
@@ -126,7 +127,8 @@ def test_final_adapter_loads_with_plain_peft(tmp_path):
     assert "- Rewards: `char_fraction` x 1" in card and "- Data: `demo`" in card
     base = run_cli("tiny-model", tmp_path / "tiny")  # how a user gets the tiny base model as a folder
     assert base.returncode == 0, base.stderr
-    res = subprocess.run([sys.executable, "-c", code, str(out / "final"), str(tmp_path / "tiny")], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", code, str(out / "final"), str(tmp_path / "tiny")], capture_output=True,
+                         text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "GENERATED" in res.stdout

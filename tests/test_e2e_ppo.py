@@ -123,7 +123,8 @@ def test_ddp_two_cpu_processes(tmp_path):
 
 def test_init_from_an_earlier_run(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
-    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={first}", "ppo.num_episodes=48")
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={first}",
+                  "ppo.num_episodes=48")
     assert res.returncode == 0, res.stderr[-3000:]
     res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={second}",
                   f"model.init_from={first}", "ppo.num_episodes=16", "ppo.init_kl_coef=0.05")

@@ -18,7 +18,8 @@ FIXTURE = "tests/fixtures/misbehaving_reward.py:misbehave"
 @pytest.mark.parametrize("mode", ["exit", "keyboard"])
 def test_reward_calling_sys_exit_or_raising_keyboard_interrupt_is_a_counted_failure(tmp_path, mode):
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=4", NO_EVAL,
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "train.max_steps=4", NO_EVAL,
                   f"rewards=[{{fn: char_fraction}}, {{fn: '{FIXTURE}', kwargs: {{mode: {mode}}}}}]",
                   "monitor.max_reward_failure_fraction=1.0")
     assert res.returncode == 0, res.stderr[-3000:]
@@ -30,7 +31,8 @@ def test_reward_calling_sys_exit_or_raising_keyboard_interrupt_is_a_counted_fail
 
 def test_hung_reward_times_out_and_training_goes_on(tmp_path):
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=3", NO_EVAL,
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "train.max_steps=3", NO_EVAL,
                   f"rewards=[{{fn: char_fraction}}, {{fn: '{FIXTURE}', timeout_s: 1, kwargs: {{mode: hang}}}}]",
                   "monitor.max_reward_failure_fraction=1.0")
     assert res.returncode == 0, res.stderr[-3000:]

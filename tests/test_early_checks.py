@@ -60,7 +60,8 @@ def test_reward_column_missing_from_data_is_a_config_error(in_tmp):
     res = cli("validate-config", "data.train=d.jsonl", "rewards=[{fn: numeric_match, kwargs: {column: answr}}]")
     assert res.exit_code == 2
     assert re.search(r"error: rewards\[0\]\.kwargs\.column \(command line\): reward `numeric_match` reads column "
-                     r"`answr`, which data.train \(d.jsonl\) lacks \(columns: prompt, answer\); did you mean `answer`\?",
+                     r"`answr`, which data.train \(d.jsonl\) lacks \(columns: prompt, answer\); did you mean "
+                     r"`answer`\?",
                      res.stderr), res.stderr
     res = cli("validate-config", "data.train=d.jsonl", "rewards=[exact_match]")  # default column `answer`: present
     assert res.exit_code == 0, res.stderr

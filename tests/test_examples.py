@@ -40,16 +40,20 @@ def test_example_trains_two_steps(tmp_path, path):
     small = ["train.per_device_train_batch_size=2", "train.gradient_accumulation_steps=1", "train.max_seq_length=64",
              "train.logging_steps=1"]
     if stage == "grpo":
-        small += ["grpo.batch_size=2", "grpo.group_size=2", "grpo.num_substeps=1", "grpo.ppo_epochs=1", "grpo.max_tokens=8"]
+        small += ["grpo.batch_size=2", "grpo.group_size=2", "grpo.num_substeps=1", "grpo.ppo_epochs=1",
+                  "grpo.max_tokens=8"]
     elif stage in ("dpo", "orpo"):
         small += [f"{stage}.max_length=64", f"{stage}.max_prompt_length=32"]
     elif stage == "ppo":  # two updates of 4 episodes
-        small += ["ppo.num_episodes=8", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.ppo_epochs=1", "ppo.max_tokens=8"]
+        small += ["ppo.num_episodes=8", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.ppo_epochs=1",
+                  "ppo.max_tokens=8"]
     else:  # rs_sft, awr: one round on 4 prompts
-        small += [f"{stage}.rounds=1", f"{stage}.num_samples_per_prompt=2", f"{stage}.max_tokens=8", "data.max_samples=4",
+        small += [f"{stage}.rounds=1", f"{stage}.num_samples_per_prompt=2", f"{stage}.max_tokens=8",
+                  "data.max_samples=4",
                   *(["rs_sft.reward_threshold=-1"] if stage == "rs_sft" else []),  # keep samples of an untrained model
                   "data.eval_prompts=2"]
-    res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", path, f"train.output_dir={out}", "model.name_or_path=tiny",
+    res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", path, f"train.output_dir={out}",
+                  "model.name_or_path=tiny",
                   "train.max_steps=2", *small, *data)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if not any(k.startswith("eval_") for k in r)]

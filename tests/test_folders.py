@@ -210,7 +210,8 @@ def test_pipeline_names_stay_inside_the_output_root(tmp_path):
                            ("name: ok\nstages:\n  - stage: grpo\n    name: ../x", "stages[1].name")):
         text = name_line + ("" if "stages:" in name_line else "\nstages:\n  - stage: grpo")
         path = tmp_path / "p.yaml"
-        path.write_text(text + "\n    data: {train: demo}\n    rewards: [{fn: char_fraction}]\n    model: {name_or_path: tiny}\n")
+        path.write_text(text + "\n    data: {train: demo}\n    rewards: [{fn: char_fraction}]\n    model: "
+                               "{name_or_path: tiny}\n")
         res = run_cli("pipeline", "validate", path)
         assert res.returncode == 2, res.stdout + res.stderr
         assert key in res.stderr and "path separators" in res.stderr and "Traceback" not in res.stderr

@@ -45,8 +45,10 @@ def test_minibatches_must_share_a_substep_in_whole_groups():
 def test_overlap_refuses_episodes_and_several_processes():
     key, _, msg = one_error(*DEMO, _demo(), "grpo.stream_minibatch.num_minibatches=1", "env.name=toolsim")
     assert key == "grpo.stream_minibatch.num_minibatches" and "episodes" in msg
-    assert cli("validate-config", *DEMO, _demo(), "grpo.async.max_steps_off_policy=1", "env.name=toolsim").exit_code == 0
-    res = cli("validate-config", "--stage", "grpo", "--hw", "ddp", "-c", _demo(), "grpo.stream_minibatch.num_minibatches=1")
+    assert cli("validate-config", *DEMO, _demo(), "grpo.async.max_steps_off_policy=1",
+               "env.name=toolsim").exit_code == 0
+    res = cli("validate-config", "--stage", "grpo", "--hw", "ddp", "-c", _demo(),
+              "grpo.stream_minibatch.num_minibatches=1")
     assert res.exit_code == 2 and "grpo.stream_minibatch.num_minibatches" in res.stderr and "one process" in res.stderr
 
 

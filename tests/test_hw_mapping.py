@@ -60,11 +60,13 @@ def test_cpu_profile_builds_real_trl_config(stage, tmp_path):
 def test_accelerate_command_for_ddp_and_fsdp():
     from rlft.launch import accelerate_command
 
-    cfg, _, _ = load_config("grpo", "ddp", [], ["hw.num_machines=2", "hw.machine_rank=1", "hw.main_process_ip=10.0.0.1"])
+    cfg, _, _ = load_config("grpo", "ddp", [],
+                            ["hw.num_machines=2", "hw.machine_rank=1", "hw.main_process_ip=10.0.0.1"])
     cmd = accelerate_command(cfg, ["train", "--stage", "grpo"])
     joined = " ".join(cmd)
     assert "--multi_gpu" in cmd and "--num_processes 8" in joined and "--num_machines 2" in joined
-    assert "--machine_rank 1" in joined and "--main_process_ip 10.0.0.1" in joined and "--mixed_precision bf16" in joined
+    assert "--machine_rank 1" in joined and "--main_process_ip 10.0.0.1" in joined \
+            and "--mixed_precision bf16" in joined
     assert cmd[-4:] == ["rlft.cli", "train", "--stage", "grpo"]
     cfg, _, _ = load_config("grpo", "fsdp")
     cmd = accelerate_command(cfg, ["train"])

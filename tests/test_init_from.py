@@ -56,7 +56,8 @@ def test_missing_unfinished_and_mismatched_runs_are_errors(tmp_path):
 
 def test_show_config_explains_the_reference(tmp_path):
     run = fake_run(tmp_path / "orpo")
-    res = run_cli("show-config", "--stage", "grpo", "-c", DEMO / "grpo_demo.yaml", f"model.init_from={run}", "--explain")
+    res = run_cli("show-config", "--stage", "grpo", "-c", DEMO / "grpo_demo.yaml", f"model.init_from={run}",
+                  "--explain")
     assert res.returncode == 0, res.stderr
     assert "implied by model.init_from" in res.stdout
     assert "the model this stage starts from" in res.stdout

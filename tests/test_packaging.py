@@ -31,7 +31,8 @@ def installed(tmp_path_factory):
     assert build.returncode == 0, build.stderr[-3000:]
     wheel = next((tmp / "dist").glob("rlft-*.whl"))
     target = tmp / "site"
-    inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+    inst = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                           str(wheel)],
                           capture_output=True, text=True, timeout=300)
     assert inst.returncode == 0, inst.stderr[-3000:]
     work = tmp / "elsewhere"  # neither the source tree nor its configs/ are visible from here

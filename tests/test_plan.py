@@ -104,7 +104,8 @@ def test_logits_kv_cache_and_sampling_terms():
     # TRL's fused head on CPU: a 752 x 32768 tile x (4 B + 8 fp32 temporaries) + the hidden grad 752 x 576 x 4 B
     assert T.fused_head(752, 49152, 576, 4, False, False).bytes == 752 * 32768 * 36 + 752 * 576 * 4
     # with Triton (CUDA): one bf16 tile of at most 4096 tokens; a trained LM head adds its fp32 gradient
-    assert T.fused_head(10_000, 32000, 4096, 2, True, True).bytes == 4096 * 32000 * 2 + 10_000 * 4096 * 4 + 32000 * 4096 * 4
+    assert T.fused_head(10_000, 32000, 4096, 2, True,
+                        True).bytes == 4096 * 32000 * 2 + 10_000 * 4096 * 4 + 32000 * 4096 * 4
     # whole logits: 8 rows x 40 x 49152 x 4 B + 5 fp32 copies of 8 x 8 scored positions x 49152
     assert T.full_logits(8, 40, 8, 49152, 4, 5).bytes == 8 * 40 * 49152 * 4 + 5 * 8 * 8 * 49152 * 4
     # Llama-2-7B, 8 rows of 1024 tokens in bf16: 2 x 32 layers x 4096 x 8 x 1024 x 2 B = 4 GiB

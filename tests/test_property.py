@@ -33,7 +33,8 @@ hostile_scalars = st.one_of(
                                            "\x00", "tiny", "auto", "a:b", "pkg.mod:fn", "grpo", "💥", "null", "~"]),
 )
 hostile_values = st.recursive(hostile_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_lowercase + "_.", max_size=8), inner, max_size=3)),
+    st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_lowercase + "_.", max_size=8), inner,
+                                                 max_size=3)),
     max_leaves=6)
 
 

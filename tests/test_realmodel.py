@@ -92,10 +92,12 @@ def smollm2() -> Path:
 
 def _write_data(folder: Path) -> tuple[Path, Path]:
     prompts = folder / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}? Answer with a number.", "answer": str(a + b)}) + "\n"
+    prompts.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}? Answer with a "
+                                                     "number.", "answer": str(a + b)}) + "\n"
                                for a, b in ((2, 3), (4, 4), (1, 6), (3, 3))))
     pairs = folder / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "chosen": f"{a + b}", "rejected": f"{a + b + 1}"}) + "\n"
+    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "chosen": f"{a + b}",
+                                         "rejected": f"{a + b + 1}"}) + "\n"
                              for a, b in ((2, 3), (4, 4), (1, 6), (3, 3))))
     return prompts, pairs
 

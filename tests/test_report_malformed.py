@@ -63,7 +63,8 @@ SUMMARIES = {  # summary.json text -> what the note says
     '{"status": ': "summary.json is not valid JSON: ignored",
     json.dumps({"stage": ["grpo"], "status": "finished", "steps": "many", "headline": "reward", "reward": [1],
                 "best_checkpoint": "final", "eval": {"start": 0.1, "end": {"reward_mean": 0.5}}}):
-        "summary.json: 6 field(s) of the wrong kind ignored (stage, steps, headline, reward, best_checkpoint, eval.start)",
+        "summary.json: 6 field(s) of the wrong kind ignored (stage, steps, headline, reward, best_checkpoint, "
+        "eval.start)",
 }
 
 

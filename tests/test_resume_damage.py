@@ -62,15 +62,18 @@ DAMAGE = [
     ("rlft_state.json", b"\xff\xfe\x00garbage", "rlft_state.json is not valid JSON"),
     ("rlft_state.json", '{"kl_controller": 0.05}', "rlft_state.json: kl_controller is a number, not an object"),
     ("rlft_state.json", '{"trainer": null}', "rlft_state.json: trainer is null, not an object"),
-    ("rlft_state.json", '{"trainer": {"eval_start": [0.1]}}', "rlft_state.json: trainer.eval_start is a list, not an object"),
+    ("rlft_state.json", '{"trainer": {"eval_start": [0.1]}}', "rlft_state.json: trainer.eval_start is a list, not an "
+                                                              "object"),
     ("trainer_state.json", "[1, 2]", "trainer_state.json holds a list, not an object"),
     ("trainer_state.json", '"step 5"', "trainer_state.json holds a string, not an object"),
     ("trainer_state.json", {"global_step": "5"}, "trainer_state.json: global_step is a string '5', not int"),
     ("trainer_state.json", {"global_step": 4}, "trainer_state.json says global_step 4 in checkpoint-5"),
     ("trainer_state.json", {"log_history": "none"}, "trainer_state.json: log_history is a string 'none', not list"),
     ("trainer_state.json", {"max_steps": None}, "trainer_state.json: max_steps is null, not int"),
-    ("trainer_state.json", {"stateful_callbacks": [1]}, "trainer_state.json: stateful_callbacks is a list, not dict | None"),
-    ("trainer_state.json", {"no_such_field": 1}, "trainer_state.json has keys TrainerState does not know: no_such_field"),
+    ("trainer_state.json", {"stateful_callbacks": [1]}, "trainer_state.json: stateful_callbacks is a list, not dict | "
+                                                        "None"),
+    ("trainer_state.json", {"no_such_field": 1}, "trainer_state.json has keys TrainerState does not know: "
+                                                 "no_such_field"),
     ("rng_state.pth", b"garbage" * 20, "rng_state.pth is not a torch.save archive (140 bytes)"),
     ("rng_state.pth", _torch_save({"python": 1, "numpy": 2, "cpu": 3}), "rng_state.pth does not load (TypeError)"),
     ("rng_state.pth", _torch_save([1, 2]), "rng_state.pth does not load (TypeError)"),

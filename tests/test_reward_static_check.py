@@ -31,7 +31,8 @@ def test_check_understands_module_level_bindings(tmp_path):
     (tmp_path / "star.py").write_text("from os.path import *\n")
     assert check_reward_spec(f"{tmp_path / 'star.py'}:join") is None  # cannot tell: left to train time
     (tmp_path / "bad.py").write_text("def f(:\n")
-    assert "syntax error" in check_reward_spec(f"{tmp_path / 'bad.py'}:f") and "line 1" in check_reward_spec(f"{tmp_path / 'bad.py'}:f")
+    assert "syntax error" in check_reward_spec(f"{tmp_path / 'bad.py'}:f") \
+            and "line 1" in check_reward_spec(f"{tmp_path / 'bad.py'}:f")
 
 
 def test_module_check_imports_no_package_code(tmp_path):
@@ -42,7 +43,8 @@ def test_module_check_imports_no_package_code(tmp_path):
     (pkg / "rw.py").write_text(SIDE_EFFECT.format(marker=str(marker)) + "def score(p, c): pass\n")
     assert check_reward_spec("rlft_static_pkg.rw:score", base_dir=tmp_path) is None
     assert "has no function 'nope'" in check_reward_spec("rlft_static_pkg.rw:nope", base_dir=tmp_path)
-    assert "no module named 'rlft_static_pkg.missing'" in check_reward_spec("rlft_static_pkg.missing:f", base_dir=tmp_path)
+    assert "no module named 'rlft_static_pkg.missing'" in check_reward_spec("rlft_static_pkg.missing:f",
+                                                                            base_dir=tmp_path)
     assert not marker.exists() and "rlft_static_pkg" not in sys.modules
     assert check_reward_spec("rlft.rewards.builtin:char_fraction") is None
     assert "has no function" in check_reward_spec("rlft.rewards.builtin:nope")

@@ -219,7 +219,8 @@ def test_module_import_failure_message(tmp_path):
     (tmp_path / "broken_rewards.py").write_text("raise RuntimeError('boom at import')\ndef f(p, c): pass\n")
     # checking reads the source and never runs it; resolving (at train time) imports it and reports the failure
     assert check_reward_spec("broken_rewards.py:f", base_dir=tmp_path) is None
-    with pytest.raises(RewardResolveError, match="RuntimeError: boom at import.*broken_rewards.py|broken_rewards.py.*boom"):
+    with pytest.raises(RewardResolveError, match="RuntimeError: boom at "
+                                                 "import.*broken_rewards.py|broken_rewards.py.*boom"):
         resolve_reward_fn("broken_rewards.py:f", base_dir=tmp_path)
 
 

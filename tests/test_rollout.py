@@ -52,7 +52,8 @@ def test_completion_mask_keeps_the_first_eos_and_drops_the_rest():
 def test_sample_shapes_masks_and_logprobs(tiny):
     model, tok = tiny
     model.train()  # the sampler must switch dropout off and give the mode back
-    r = sample(model, tok, PROMPTS, 3, SamplingParams(temperature=0.7, max_new_tokens=10, seed=1), prompt_ids=["a", "b"])
+    r = sample(model, tok, PROMPTS, 3, SamplingParams(temperature=0.7, max_new_tokens=10, seed=1),
+               prompt_ids=["a", "b"])
     assert model.training
     assert len(r) == 6 and r.n == 3 and r.prompt_index == [0, 0, 0, 1, 1, 1]
     assert r.row_prompt_ids() == ["a"] * 3 + ["b"] * 3 and r.row_prompt_texts()[3] == PROMPTS[1]
@@ -120,7 +121,8 @@ def test_chat_prompts_go_through_the_chat_template(tiny):
         pytest.skip("tokenizer has no chat template")
     chat = [[{"role": "user", "content": "Write z many times"}]]
     r = sample(model, tok, chat, 2, SamplingParams(max_new_tokens=4, seed=0))
-    expected = tok.apply_chat_template(chat[0], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    expected = tok.apply_chat_template(chat[0], add_generation_prompt=True, tokenize=True,
+                                       return_dict=True)["input_ids"]
     assert r.prompt_ids_BP[0][r.prompt_mask_BP[0].bool()].tolist() == list(expected)
     assert r.prompt_texts == ["Write z many times"]
 

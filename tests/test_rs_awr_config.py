@@ -45,7 +45,9 @@ def test_awr_ess_rule_warns_below_threshold_for_awr_only():
     from rlft.config.schema import MonitorConfig
     from rlft.monitor.health import evaluate_rules
 
-    fire = lambda stage, ess: [f.rule for f in evaluate_rules({"ess": ess}, SimpleNamespace(stage=stage, monitor=MonitorConfig()))]  # noqa: E731
+    fire = lambda stage, ess: [f.rule for f in evaluate_rules({"ess": ess},
+                                                              SimpleNamespace(stage=stage,
+                                                                              monitor=MonitorConfig()))]  # noqa: E731
     assert fire("awr", 0.05) == ["awr_ess"]
     assert fire("awr", 0.2) == [] and fire("rs_sft", 0.05) == [] and fire("grpo", 0.05) == []
     f = evaluate_rules({"ess": 0.05}, SimpleNamespace(stage="awr", monitor=MonitorConfig()))[0]
@@ -59,7 +61,8 @@ def test_awr_ess_rule_warns_below_threshold_for_awr_only():
 def test_show_config_explains_rounds(stage, words):
     from rlft.config import configs_dir
 
-    result = cli("show-config", "--stage", stage, "--hw", "cpu", "-c", configs_dir() / "examples" / f"{stage}_demo.yaml",
+    result = cli("show-config", "--stage", stage, "--hw", "cpu", "-c",
+                 configs_dir() / "examples" / f"{stage}_demo.yaml",
                  "--explain")
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith(f"# {stage} rounds"))

@@ -70,6 +70,7 @@ def test_a_state_the_trainer_cannot_take_is_a_problem():
     assert state_problem(trainer, {"kl_controller": {"value": 1.0}}, {}, "grpo") == \
         "rlft_state.json lacks last_kl, trainer"
     bad = {"kl_controller": {"value": 1.0}, "last_kl": "x", "trainer": {}}
-    assert state_problem(trainer, bad, {}, "grpo") == "rlft_state.json does not load (ValueError: last_kl is not a number)"
+    assert state_problem(trainer, bad, {},
+                         "grpo") == "rlft_state.json does not load (ValueError: last_kl is not a number)"
     good = {"kl_controller": {"value": 1.0, "target": 0.1}, "last_kl": 0.25, "trainer": {"eval_start": None}}
     assert state_problem(trainer, good, {}, "grpo") is None and trainer.last_kl == 0.25 and trainer.kl_ctl.value == 1.0

@@ -100,7 +100,8 @@ def test_tracker_files_go_into_the_run_folder(tmp_path):
     assert tracker_env([], tmp_path, {}) == {}
     # a later run in the same process (a pipeline) gets its own folder
     first = tracker_env(["tensorboard"], tmp_path / "a", {})
-    assert tracker_env(["tensorboard"], tmp_path / "b", first) == {"TENSORBOARD_LOGGING_DIR": str(tmp_path / "b" / "tensorboard")}
+    assert tracker_env(["tensorboard"], tmp_path / "b",
+                       first) == {"TENSORBOARD_LOGGING_DIR": str(tmp_path / "b" / "tensorboard")}
 
 
 def test_async_numbers_over_the_run():

@@ -95,7 +95,8 @@ def awr_metrics(advantages_N: Tensor, weights_N: Tensor, clip: float, *, valid: 
     }
 
 
-def weighted_nll(logp_BT: Tensor, mask_BT: Tensor, weights_B: Tensor, num_tokens: Tensor | float | None = None) -> Tensor:
+def weighted_nll(logp_BT: Tensor, mask_BT: Tensor, weights_B: Tensor,
+                 num_tokens: Tensor | float | None = None) -> Tensor:
     """−Σ_i w_i Σ_t m_it log π(y_it) / num_tokens.
 
     One weight per sequence, broadcast over its completion tokens and detached. `num_tokens` is the

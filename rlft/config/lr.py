@@ -107,7 +107,8 @@ def resolve_learning_rate(c: Composed, problems: list[Problem]) -> None:
         lr = auto_learning_rate(hidden, fam, lora, factor)
         how.append(f"auto = 5e-5 x {'10 (LoRA)' if lora else '1 (full)'} x (2000/{hidden})^{LR_EXPONENTS[fam]} ({fam}) "
                    f"x {factor:g} (rl_lr_factor) = {lr:.3g}")
-    if ref is not None and isinstance(ref, int) and ref > 0 and isinstance(lr, (int, float)) and not isinstance(lr, bool):
+    if ref is not None and isinstance(ref, int) and ref > 0 and isinstance(lr, (int, float)) \
+            and not isinstance(lr, bool):
         ints = [_get(data, k) for k in ("train.per_device_train_batch_size", "train.gradient_accumulation_steps",
                                         "hw.num_processes")]
         ints = [1 if v is None else v for v in ints]  # unset: the schema default, 1 for each

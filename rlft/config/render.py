@@ -14,7 +14,8 @@ from rlft.config.stages import get_spec
 
 
 def _scalar(value) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("\n...").removesuffix("...").strip()
+    return yaml.safe_dump(value, default_flow_style=True,
+                          width=1000).strip().removesuffix("\n...").removesuffix("...").strip()
 
 
 def render_yaml(cfg: RlftConfig, composed: Composed | None = None) -> str:

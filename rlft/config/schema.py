@@ -161,10 +161,10 @@ class HardwareConfig:
     ddp_find_unused_parameters: bool = F(False, "DDP: look for unused parameters (slower; enable if LoRA + frozen "
                                                 "layers need it).")
     ddp_bucket_cap_mb: int = F(25, "DDP gradient bucket size in MB.", ge=1)
-    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP "
-                                                  "sharding.", choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
-    fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping "
-                                                             "policy.", choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
+    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP sharding.",
+                                    choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
+    fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.",
+                                   choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
     fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
     deepspeed_zero_stage: Optional[int] = F(None, "DeepSpeed ZeRO stage (needs deepspeed installed).", ge=0, le=3)
     cpu_threads: Optional[Union[int, str]] = F(None, "torch CPU threads: a count, `auto` = the cores this process may "

@@ -213,10 +213,12 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
         err("hw.num_processes", "more than one process needs hw.distributed_strategy ddp, fsdp or deepspeed")
     if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and not g("hw.main_process_ip"):
         err("hw.main_process_ip", "multi-node runs (hw.num_machines > 1) need the address of rank 0")
-    if isinstance(g("hw.machine_rank"), int) and isinstance(g("hw.num_machines"), int) and g("hw.machine_rank") >= g("hw.num_machines"):
+    if isinstance(g("hw.machine_rank"), int) and isinstance(g("hw.num_machines"), int) \
+            and g("hw.machine_rank") >= g("hw.num_machines"):
         err("hw.machine_rank", f"must be below hw.num_machines ({g('hw.num_machines')})")
     if g("monitor.grad_norm_warn") and g("monitor.grad_norm_critical") and _is_number(g("monitor.grad_norm_warn")) \
-            and _is_number(g("monitor.grad_norm_critical")) and g("monitor.grad_norm_warn") > g("monitor.grad_norm_critical"):
+            and _is_number(g("monitor.grad_norm_critical")) \
+                    and g("monitor.grad_norm_warn") > g("monitor.grad_norm_critical"):
         err("monitor.grad_norm_warn", "warning threshold is above the critical one")
     # hardware fit that needs no torch import: a warning, so a laptop can check a GPU config
     device = g("hw.device")

@@ -71,7 +71,8 @@ def available_trackers(names: list[str]) -> list[str]:
     out = []
     for name in names:
         if importlib.util.find_spec(modules.get(name, name)) is None:
-            logging.getLogger("rlft").warning("train.report_to: %s is not installed; skipped (pip install %s)", name, name)
+            logging.getLogger("rlft").warning("train.report_to: %s is not installed; skipped (pip install "
+                                              "%s)", name, name)
         else:
             out.append(name)
     return out

@@ -83,7 +83,8 @@ def load_initial_policy(cfg: RlftConfig):
 
 def continues_adapter(cfg: RlftConfig) -> bool:
     """True when the policy already carries its (earlier) adapter, so no new LoRA is added."""
-    return bool(cfg.model.init_from) and cfg.model.init_mode == "continue" and _has_adapter(run_root(cfg.model.init_from))
+    return bool(cfg.model.init_from) and cfg.model.init_mode == "continue" \
+            and _has_adapter(run_root(cfg.model.init_from))
 
 
 def load_init_reference(cfg: RlftConfig):

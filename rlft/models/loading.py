@@ -20,7 +20,8 @@ def _load_failure(name: str, exc: BaseException) -> ModelLoadError:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
         where = ("it is not in the local Hugging Face cache and HF_HUB_OFFLINE is set" if offline
                  else "it is not in the local Hugging Face cache and the hub could not provide it")
-        return ModelLoadError(f"model.name_or_path: cannot load `{name}`: no such local folder, and as a hub id {where} "
+        return ModelLoadError(f"model.name_or_path: cannot load `{name}`: no such local folder, and as a hub id "
+                              f"{where} "
                               f"({type(exc).__name__}: {text}). Check the name, download it once with network "
                               f"access, or point model.name_or_path at a local folder")
     return ModelLoadError(f"model.name_or_path: cannot load `{name}`: {type(exc).__name__}: {text}")

@@ -37,7 +37,8 @@ class ConsoleProgress(TrainerCallback):
                                      TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
                                      TextColumn("{task.fields[alerts]}"), console=self.console)
             self.progress.start()
-            self.task = self.progress.add_task(self.stage, total=state.max_steps, completed=state.global_step, metrics="",
+            self.task = self.progress.add_task(self.stage, total=state.max_steps, completed=state.global_step,
+                                               metrics="",
                                                alerts=self.alert_text())
         else:
             self.console.print(f"rlft {self.stage}: training to step {state.max_steps} (from {state.global_step})")

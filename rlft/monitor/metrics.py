@@ -54,7 +54,8 @@ BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "
 
 
 def _is_batch_key(key: str) -> bool:
-    return key in BATCH_KEYS or key.startswith("completions/") or (key.startswith("rewards/") and not key.endswith("/errors"))
+    return key in BATCH_KEYS or key.startswith("completions/") \
+            or (key.startswith("rewards/") and not key.endswith("/errors"))
 
 
 class MetricsWriter(TrainerCallback):

@@ -120,7 +120,8 @@ def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = ()) -> dic
     train = [r for r in rows if not _is_eval(r)]
     evals = [r for r in rows if _is_eval(r)]
     head = headline(train) or headline(evals)
-    out: dict[str, Any] = {"headline": head, "best_checkpoint": best_checkpoint(train or evals, list(checkpoints), head),
+    out: dict[str, Any] = {"headline": head,
+                           "best_checkpoint": best_checkpoint(train or evals, list(checkpoints), head),
                            "report_command": report_command(run_root)}
     if head and head["metric"] == "reward":
         out["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}
@@ -161,8 +162,8 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
                                      f"{f((ev.get('end') or {}).get('reward_mean'))} (end)"))
     sampling = summary.get("async")
     if sampling:
-        lines.append(("sampling "
-                      "ahead", f"staleness {f(sampling['staleness_mean'])} mean, {f(sampling['staleness_max'])} max; "
+        lines.append(("sampling ahead", f"staleness {f(sampling['staleness_mean'])} mean, "
+                                        f"{f(sampling['staleness_max'])} max; "
                                         f"{f(sampling['dropped'])} completions dropped; overlap "
                                         f"{f(sampling['overlap_frac'])}"))
     best = summary.get("best_checkpoint")

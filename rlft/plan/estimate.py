@@ -221,8 +221,8 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
     w = workload(cfg, world)
     sw, _, _, how = sharding(cfg, world)
     offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
-    notes = ["per device: "
-             f"{how}" + ("; FSDP offloads parameters, gradients and optimizer state to CPU" if offload else ""),
+    notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to "
+                                     "CPU" if offload else ""),
              f"batch: {w.what}"]
     params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
     out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),

@@ -85,7 +85,8 @@ def reward_stats(name: str, values: Sequence[float | None], prompt_of: Sequence[
     measured = [g for g in groups.values() if len(g) >= 2]
     return RewardStats(name=name, weight=weight, completions=len(values),
                        scores=[v for v in values if v is not None], failures=sum(v is None for v in values),
-                       first_error=next((e for e in errors if e), None), first_output=next((o for o in outputs if o), None),
+                       first_error=next((e for e in errors if e), None), first_output=next((o for o in outputs if o),
+                                                                                           None),
                        call_ms=list(call_ms), prompts=len(measured),
                        flat_prompts=sum(max(g) == min(g) for g in measured))
 
@@ -183,7 +184,8 @@ def _changed(old: float | None, new: float | None) -> bool:
 
 
 def compare(names: Sequence[str], per_reward: Mapping[str, Sequence[float | None]], total: Sequence[float | None],
-            logged_rewards: Sequence[Mapping[str, float | None] | None], logged_total: Sequence[float | None]) -> list[str]:
+            logged_rewards: Sequence[Mapping[str,
+                                             float | None] | None], logged_total: Sequence[float | None]) -> list[str]:
     """Lines saying, per reward and for the total, the logged mean against the mean now and how many
     completions changed score (a score that appeared or went away counts as a change)."""
     n = len(total)

@@ -292,7 +292,8 @@ class SampledSFT:
         out.mkdir(parents=True, exist_ok=True)
         trainer = trainer_cls(model=model, args=sft_trl_config(self.cfg, str(out), self.composed),
                               train_dataset=Dataset.from_list(training_pairs(decided)), processing_class=self.tokenizer,
-                              peft_config=peft, callbacks=[round_metrics_callback(metrics, step_offset), *ctx.callbacks()])
+                              peft_config=peft, callbacks=[round_metrics_callback(metrics, step_offset),
+                                                           *ctx.callbacks()])
         ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
         if ctx.resume_from is not None:
             self._say(f"round {r}: resuming training from {ctx.resume_from.name}")

@@ -110,7 +110,8 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         """(B, T) log-probs of the sampled tokens under the sampler, padded exactly as TRL pads the batch."""
         device = self.accelerator.device
         pad_id, mult = self._tokenizer.pad_token_id, self.pad_to_multiple_of
-        p = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left", pad_to_multiple_of=mult)
+        p = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left",
+                pad_to_multiple_of=mult)
         pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left",
                  pad_to_multiple_of=mult)
         c = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right",
@@ -210,7 +211,8 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         pre = self._pregenerated
         if pre is None or not self.model.training:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
         if [list(p) for p in prompt_ids] != pre["prompt_ids"]:
             raise RuntimeError("the sampler's prompts differ from the batch's")
         return [list(c) for c in pre["completion_ids"]], None

@@ -29,8 +29,8 @@ class Graph:
 
 # (title, section, keys, help); a graph is made when any of its keys has a number in any run
 KNOWN = [
-    ("total_reward "
-     "(mean)", "Rewards", ["reward"], "mean weighted total reward over the step's completions; should rise"),
+    ("total_reward (mean)", "Rewards", ["reward"], "mean weighted total reward over the step's completions; should "
+                                                   "rise"),
     ("total_reward_std", "Rewards", ["reward_std"], "spread of the total reward; usually falls as the policy gets "
                                                     "consistent"),
     ("sampled reward (mean)", "Rewards", ["sampled_reward_mean", "reward_mean", "kept_reward_mean"],
@@ -50,34 +50,33 @@ KNOWN = [
      "fraction of groups whose completions all scored the same (no signal) and of completions with no score"),
     # preference stages (DPO / ORPO)
     ("reward margin", "Stage", ["rewards/margins"], "implicit reward of chosen minus rejected"),
-    ("reward "
-     "accuracy", "Stage", ["rewards/accuracies"], "fraction of pairs whose chosen answer has the higher implicit "
-                                                  "reward"),
+    ("reward accuracy", "Stage", ["rewards/accuracies"], "fraction of pairs whose chosen answer has the higher "
+                                                         "implicit reward"),
     ("chosen / rejected rewards", "Stage", ["rewards/chosen", "rewards/rejected"], "implicit rewards of each side"),
     ("log odds ratio", "Stage", ["log_odds_ratio", "nll_loss"], "ORPO's odds-ratio term and its NLL term"),
     # RS-SFT / AWR
-    ("kept "
-     "fraction", "Stage", ["kept_fraction", "frac_kept", "rs_sft/kept_fraction"], "fraction of samples kept for SFT"),
+    ("kept fraction", "Stage", ["kept_fraction", "frac_kept", "rs_sft/kept_fraction"], "fraction of samples kept for "
+                                                                                       "SFT"),
     ("kept samples", "Stage", ["kept_count", "num_sampled"], "samples kept for SFT out of those drawn"),
     ("AWR weights", "Stage", ["weight_mean", "weight_max", "awr/weight_mean", "awr/weight_max"], "advantage weights"),
-    ("effective sample "
-     "size", "Stage", ["ess", "awr_ess", "awr/ess", "effective_sample_size"], "ESS of the AWR weights as a fraction"),
+    ("effective sample size", "Stage", ["ess", "awr_ess", "awr/ess", "effective_sample_size"], "ESS of the AWR weights "
+                                                                                               "as a fraction"),
     ("advantages", "Stage", ["advantage_mean", "advantage_std", "frac_clipped"], "advantage statistics (AWR, PPO) and "
                                                                                  "the fraction of clipped weights"),
     # PPO
     ("value loss", "Stage", ["value_loss", "ppo/value_loss"], "critic loss"),
-    ("explained "
-     "variance", "Stage", ["explained_variance", "ppo/explained_variance"], "how much of the returns' variance the "
-                                                                            "value head explains"),
+    ("explained variance", "Stage", ["explained_variance", "ppo/explained_variance"], "how much of the returns' "
+                                                                                      "variance the value head "
+                                                                                      "explains"),
     ("policy loss", "Stage", ["policy_loss", "ppo/policy_loss"], "clipped PPO policy loss"),
-    ("clip fraction / approx "
-     "KL", "Stage", ["clipfrac", "approx_kl", "value_clipfrac", "ppo/clipfrac", "ppo/approx_kl"], "PPO update size"),
+    ("clip fraction / approx KL", "Stage",
+     ["clipfrac", "approx_kl", "value_clipfrac", "ppo/clipfrac", "ppo/approx_kl"], "PPO update size"),
     ("value estimates", "Stage", ["value_mean"], "mean value-head estimate"),
     # async / streaming GRPO
     ("staleness", "Stage", ["async/staleness_mean", "async/staleness_max"],
      "training iterations between the weights that sampled a batch and the learner that trains it (0 = on-policy)"),
-    ("dropped "
-     "completions", "Stage", ["async/dropped"], "completions older than max_steps_off_policy, dropped and re-sampled"),
+    ("dropped completions", "Stage", ["async/dropped"], "completions older than max_steps_off_policy, dropped and "
+                                                        "re-sampled"),
     ("sampling vs learning time", "Stage", ["time/generation_s", "time/training_s", "async/wait_s"],
      "seconds per iteration spent sampling, learning, and waiting for samples"),
     ("overlap", "Stage", ["async/overlap_frac"], "fraction of sampling time that ran while the learner computed"),

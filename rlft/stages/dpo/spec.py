@@ -18,7 +18,8 @@ class DPOConfig:
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
     loss_type: str = F("sigmoid", "DPO loss variant (TRL "
-                                  "`loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair", "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
+                                  "`loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair",
+                                                            "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
 
 
 def checks(c: StageChecks) -> None:

@@ -158,7 +158,8 @@ def _check_baseline_mode(c: StageChecks) -> None:
         close = difflib.get_close_matches(value, GRPO_BASELINES, n=1)
         c.error("grpo.baseline_mode", f"unknown baseline `{value}`{f'; did you mean `{close[0]}`?' if close else '.'} "
                 f"Expected {forms}")
-    elif not module.strip() or not fn.strip() or module.endswith(".py") or "/" in module or os.sep in module or "." in fn:
+    elif not module.strip() or not fn.strip() or module.endswith(".py") or "/" in module or os.sep in module \
+            or "." in fn:
         c.error("grpo.baseline_mode", f"`{value}` is not `package.module:function` (a module importable from the "
                 "working directory or the Python path; files and dotted attributes are not looked up); expected "
                 f"{forms}")
