@@ -61,11 +61,7 @@ def choose_model(name: str) -> ModelChoice:
     built-in tiny model."""
     if name == "tiny":
         return ModelChoice(name, name, "rlft's built-in tiny model, as the config names it", family=False)
-    from rlft.models.tiny_family import (
-        FamilyError,
-        ensure_family_model,
-        find_model_files,
-    )
+    from rlft.models.tiny_family import FamilyError, ensure_family_model, find_model_files
 
     files, why = find_model_files(name)
     if files is not None:

@@ -26,7 +26,7 @@ def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)  # NaN is no score
 
 
-def _rows(path: Path) -> list[dict]:
+def read_rows(path: Path) -> list[dict]:
     from rlft.monitor.report.load import read_jsonl
 
     return read_jsonl(path)[0] if path.is_file() else []
@@ -109,7 +109,7 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
         out.fail(1, "no final/ model")
     if not samples:
         return out
-    rows = _rows(run_root / "completions.jsonl")
+    rows = read_rows(run_root / "completions.jsonl")
     if not rows:
         out.fail(1, "no completions were logged")
         return out
@@ -122,5 +122,5 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     rendered = next((r["prompt_rendered"] for r in rows if isinstance(r.get("prompt_rendered"), str)), None)
     if rendered is not None:
         out.tested.append(f"prompt as the model saw it: {rendered[:80]!r}")
-    check_rewards(rows, _rows(run_root / "reward_logs.jsonl"), max_failure_fraction, out)
+    check_rewards(rows, read_rows(run_root / "reward_logs.jsonl"), max_failure_fraction, out)
     return out

@@ -17,13 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.config.errors import ConfigError
-from rlft.smoke.changes import (
-    Change,
-    ModelChoice,
-    as_layer,
-    choose_model,
-    smoke_changes,
-)
+from rlft.smoke.changes import Change, ModelChoice, as_layer, choose_model, smoke_changes
 
 SMOKE_ROOT = Path("runs") / "smoke"
 RESUME_HINT = "(the smoke test resumes it itself)"
@@ -92,28 +86,33 @@ def _call(fn: Callable[[], int]) -> tuple[int, str | None]:
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2, str(exc)
-    except OSError as exc:
-        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-        line = f"cannot write {exc.filename or 'a file'}: {exc.strerror}"
-        print(f"error: {line}", file=sys.stderr)
-        return 2, line
+    except Exception as exc:  # noqa: BLE001 - a crash is the smoke test's finding: shown, then summarised
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            line = f"cannot write {exc.filename or 'a file'}: {exc.strerror}"
+            print(f"error: {line}", file=sys.stderr)
+            return 2, line
+        import traceback
+
+        traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return 1, f"{type(exc).__name__}: {first} (an internal error: the traceback is above)"
 
 
 def _failure_line(run: StageRun, code: int, error: str | None) -> str:
     from rlft.monitor.summary import read_summary
 
-    summary = read_summary(run.root / "summary.json") or {}
-    why = error or summary.get("error") or {3: "hardware preflight failed", 4: "stopped by a health rule or by reward "
-                                            "failures", 130: "interrupted"}.get(code, "failed")
+    summary = read_summary(run.root / "summary.json")
+    known = {3: "hardware preflight failed", 4: "stopped by a health rule or by reward failures", 130: "interrupted"}
+    why = error or (summary or {}).get("error") or known.get(code) or (
+        "failed" if summary is not None else "failed before its run folder was made (the error is printed above)")
     return f"{run.label}: exit {code}: {str(why).splitlines()[0]}"
 
 
 # -- after the runs ----------------------------------------------------------------------------------
 def _first_prompt(root: Path) -> str:
-    from rlft.smoke.checks import _rows
+    from rlft.smoke.checks import read_rows
 
-    for row in _rows(root / "completions.jsonl")[:1]:
+    for row in read_rows(root / "completions.jsonl")[:1]:
         if isinstance(row.get("prompt"), str) and row["prompt"].strip():
             return row["prompt"]
     return "Hello"
