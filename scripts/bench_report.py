@@ -68,7 +68,8 @@ def make_run(root: Path, steps: int, completions: int, chars: int, seed: int = 0
     with open(root / "health.jsonl", "w") as h:
         for s in range(50, steps, 97):
             h.write(json.dumps({"step": s, "rule": "grad_norm_high", "level": "warning", "metric": "grad_norm",
-                                "value": 6.0, "threshold": 5.0, "action": "warn", "message": "gradient norm high"}) + "\n")
+                                "value": 6.0, "threshold": 5.0, "action": "warn",
+                                "message": "gradient norm high"}) + "\n")
     (root / "summary.json").write_text(json.dumps({"stage": "grpo", "status": "finished", "steps": steps}))
 
 

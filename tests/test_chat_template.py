@@ -5,8 +5,6 @@ keeps the rendered prompt once per prompt id."""
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 

@@ -115,7 +115,8 @@ def test_explain_says_what_the_chat_template_and_grpo_layout_do(tmp_path):
     chat = next(line for line in lines if line.startswith("# data.chat_template"))
     assert chat.endswith("has none (training will stop with an error)"), chat
     lines = show("--stage", "dpo", "--explain", "data.chat_template=never").stdout.splitlines()
-    assert "# data.chat_template never: plain-text prompts are used as they are (message lists are still templated)" in lines
+    assert ("# data.chat_template never: plain-text prompts are used as they are (message lists are still "
+            "templated)") in lines
     assert not any(line.startswith("# grpo:") for line in lines)
 
 

@@ -77,7 +77,8 @@ def test_stage_sets_key_base_does_not():
     c = compose("grpo", "cpu")
     cfg, _ = validate(c)
     assert cfg.train.learning_rate == pytest.approx(1e-6)
-    assert c.layer_of("train.learning_rate") == f"configs/stages/grpo.yaml:{line_of('stages/grpo.yaml', 'train.learning_rate')}"
+    line = line_of("stages/grpo.yaml", "train.learning_rate")
+    assert c.layer_of("train.learning_rate") == f"configs/stages/grpo.yaml:{line}"
     assert c.layer_of("train.weight_decay").startswith("configs/stages/grpo.yaml:")
 
 

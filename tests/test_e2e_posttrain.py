@@ -33,6 +33,7 @@ def test_eval_scores_fresh_samples_with_the_runs_rewards(run, tmp_path):
     assert f"{mean:.4f}" in res.stdout
     # same seed, same samples; a checkpoint is evaluated on request
     again = run_cli("eval", run, "--data", "demo", "-n", "3", "--max-prompts", "5", "-o", tmp_path / "again.jsonl")
+    assert again.returncode == 0, again.stderr[-2000:]
     assert [r["completion"] for r in read_jsonl(tmp_path / "again.jsonl")] == [r["completion"] for r in rows]
     ckpt = run_cli("eval", run, "--checkpoint", "2", "--data", "demo", "-n", "1", "--max-prompts", "2",
                    "-o", tmp_path / "ckpt.jsonl")

@@ -9,7 +9,8 @@ from conftest import ROOT, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 DEMO = ROOT / "configs/examples/grpo_demo.yaml"
-VARIETY = "def variety(prompts, completions, target, **kw):\n    return [len(set(c)) / (1 + len(c)) for c in completions]\n"
+VARIETY = ("def variety(prompts, completions, target, **kw):\n"
+           "    return [len(set(c)) / (1 + len(c)) for c in completions]\n")
 
 
 def _rows_by_name(stdout: str, first: str) -> list[str]:

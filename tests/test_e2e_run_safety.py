@@ -97,7 +97,7 @@ def test_second_run_on_a_busy_folder_is_refused(tmp_path):
     newest = checkpoint_step(RunDir(out).complete_checkpoints()[-1])
     res = _train(out, f"train.max_steps={newest + 1}", "--resume")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert f"taking over a stale lock" in res.stderr and f"pid {proc.pid}" in res.stderr
+    assert "taking over a stale lock" in res.stderr and f"pid {proc.pid}" in res.stderr
     assert not (out / ".rlft.lock").exists()  # released at the end
 
 
@@ -149,7 +149,9 @@ def test_replayed_steps_write_one_row_each(tmp_path):
     assert "from step 2 to step 3" in res.stderr
     assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
     again = read_jsonl(out / "completions.jsonl")
-    count = lambda rows: {s: sum(r["step"] == s for r in rows) for s in (1, 2, 3)}
+    def count(rows):
+        return {s: sum(r["step"] == s for r in rows) for s in (1, 2, 3)}
+
     assert count(again) == count(first)
     assert [r["completion"] for r in again] == [r["completion"] for r in first]  # replayed bit-exact
     steps = [h["step"] for h in read_jsonl(out / "health.jsonl")]
@@ -231,8 +233,9 @@ def test_resume_without_output_dir_finds_the_newest_run_of_this_config(tmp_path)
 
 def test_second_ctrl_c_names_the_checkpoint_and_the_resume_command(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rlft.cli", *_args(out, "train.max_steps=5", "train.save_steps=1")],
-                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", "RLFT_FAULT_SLEEP_AT_STEP": "3:120"},
+    faults = {"RLFT_FAULT_SLEEP_AT_STEP": "3:120"}  # through the fault launcher: rlft reads no fault variables
+    proc = subprocess.Popen([*cli_command(faults), *_args(out, "train.max_steps=5", "train.save_steps=1")],
+                            cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1", **faults},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(proc, lambda: (out / "checkpoints" / "checkpoint-2" / "rlft_complete").exists(), "checkpoint-2")
     time.sleep(1.0)  # now inside the long step 3

@@ -2,7 +2,6 @@
 --overwrite/--resume rules, and every command that writes into a folder the user names."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -25,7 +25,8 @@ def _run(tmp_path, name, lag=None, steps=3):
     path = ensure_tiny_model()
     args = GRPOConfig(output_dir=str(tmp_path / name), use_cpu=True, bf16=False, per_device_train_batch_size=8,
                       num_generations=4, max_completion_length=8, max_steps=steps, report_to="none", beta=0.0,
-                      learning_rate=5e-3, logging_steps=1, save_strategy="no", seed=0, epsilon=1.0, gradient_checkpointing=False,
+                      learning_rate=5e-3, logging_steps=1, save_strategy="no", seed=0, epsilon=1.0,
+                      gradient_checkpointing=False,
                       epsilon_high=1e9)
     torch.manual_seed(0)
     kwargs = dict(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=char_fraction, args=args,

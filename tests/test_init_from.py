@@ -15,7 +15,7 @@ DEMO = ROOT / "configs" / "examples"
 
 def fake_run(root, base="tiny", finished=True, **model):
     root.mkdir(parents=True)
-    lines = [f"model:", f"  name_or_path: {base}"] + [f"  {k}: {v}" for k, v in model.items()]
+    lines = ["model:", f"  name_or_path: {base}"] + [f"  {k}: {v}" for k, v in model.items()]
     (root / "config.yaml").write_text("\n".join(lines) + "\nstage: orpo\n")
     if finished:
         (root / "final").mkdir()
@@ -76,8 +76,8 @@ cfg, _ = validate(compose("grpo", "cpu", ["configs/examples/grpo_demo.yaml"],
 policy, _ = load_model_and_tokenizer(cfg)
 reference = load_reference(cfg)
 base = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(init_std=cfg.model.tiny_init_std)))
-merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))),
-                                   orpo + "/final").merge_and_unload()
+fresh = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(init_std=cfg.model.tiny_init_std)))
+merged = PeftModel.from_pretrained(fresh, orpo + "/final").merge_and_unload()
 def same(a, b):
     sa, sb = a.state_dict(), b.state_dict()
     return all(torch.equal(sa[k], sb[k]) for k in sb)

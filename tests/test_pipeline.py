@@ -56,7 +56,8 @@ def test_layers_defaults_files_entry_overrides(tmp_path):
     pipe = load_pipeline(three(tmp_path))
     assert [(e.index, e.stage, e.name, e.folder) for e in pipe.stages] == [
         (1, "orpo", "orpo", "01-orpo"), (2, "dpo", "prefs", "02-dpo"), (3, "grpo", "grpo", "03-grpo")]
-    checked = check_pipeline(pipe, ["train.seed=7", "stages.prefs.train.max_steps=9", "stages.3.grpo.group_size=4"], "cpu")
+    checked = check_pipeline(pipe, ["train.seed=7", "stages.prefs.train.max_steps=9", "stages.3.grpo.group_size=4"],
+                             "cpu")
     cfgs = {e.index: (cfg, composed) for e, cfg, composed, _ in checked}
     # the example files set learning rates, so they win over `defaults`; the entry wins over its files
     orpo_demo = yaml.safe_load((EXAMPLES / "orpo_demo.yaml").read_text())["train"]
@@ -88,7 +89,8 @@ def test_errors_name_stage_key_and_line(tmp_path):
     with pytest.raises(ConfigError) as exc:
         check_pipeline(load_pipeline(path), ["stages.9.train.seed=1"], "cpu")
     text = str(exc.value)
-    assert f"stage 1 (orpo): error: train.lerning_rate ({path}:5): unknown key; did you mean `train.learning_rate`?" in text
+    assert (f"stage 1 (orpo): error: train.lerning_rate ({path}:5): unknown key; did you mean "
+            f"`train.learning_rate`?") in text
     assert f"stage 2 (grpo): error: grpo.group_size ({path}:9): 1 is out of range" in text
     assert "no stage `9` in the pipeline" in text
 
@@ -132,7 +134,8 @@ stages:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 600
     while not (runs / "02-grpo" / "checkpoints" / "checkpoint-2" / "rlft_complete").exists():
-        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() is not None else "timeout"
+        assert proc.poll() is None \
+                and time.time() < deadline, proc.stderr.read()[-3000:] if proc.poll() is not None else "timeout"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)

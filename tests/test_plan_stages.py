@@ -47,6 +47,7 @@ def test_a_stage_without_a_memory_profile_plans_as_sft(monkeypatch):
     assert plan.term("reference").bytes == 0 and plan.term("reference").formula == "toy uses no reference here"
     assert "256 tokens" in plan.term("activations").formula  # 4 rows x 64 tokens
     levers = dict(candidates(cfg))
+    accumulation = 2 * cfg.train.gradient_accumulation_steps
     assert levers["halve the micro-batch"] == {"train.per_device_train_batch_size": 2,
-                                               "train.gradient_accumulation_steps": 2 * cfg.train.gradient_accumulation_steps}
+                                               "train.gradient_accumulation_steps": accumulation}
     assert levers["shorter sequences (train.max_seq_length)"] == {"train.max_seq_length": 32}

@@ -3,12 +3,10 @@ damaged run folders thrown at `validate-config` and `report`. Whatever comes in,
 code it documents (0 or 2 here), never a traceback, and changes nothing outside the folder it writes."""
 
 import json
-import math
 import random
 import string
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

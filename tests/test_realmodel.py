@@ -57,7 +57,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 base, final = sys.argv[1], sys.argv[2]
 tok = AutoTokenizer.from_pretrained(final)
 model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), final)
-text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False, add_generation_prompt=True)
+text = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+                              add_generation_prompt=True)
 ids = tok(text, return_tensors="pt", add_special_tokens=False)
 out = model.generate(**ids, max_new_tokens=8, do_sample=False)
 print("GENERATED", out.shape[1] - ids["input_ids"].shape[1], repr(tok.decode(out[0][ids["input_ids"].shape[1]:])))

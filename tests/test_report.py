@@ -248,6 +248,6 @@ def test_report_and_help_import_no_heavy_library(tmp_path):
             "print('MODULES', ' '.join(sorted(sys.modules)))")
     for args, banned in ((["--help"], heavy | {"matplotlib"}), (["report", str(run)], heavy)):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
-        line = next(l for l in proc.stdout.splitlines() if l.startswith("MODULES"))
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("MODULES"))
         loaded = {m.partition(".")[0] for m in line.split()[1:]}
         assert not loaded & banned, (args, sorted(loaded & banned))

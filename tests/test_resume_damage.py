@@ -147,7 +147,7 @@ def test_generate_eval_export_name_a_damaged_run_config(tmp_path, case):
     for args in (["generate", run, "-p", "hi"], ["eval", run], ["export", run, "-o", tmp_path / "out"]):
         res = run_cli(*args)
         assert res.returncode == 2 and "Traceback" not in res.stderr, (args, res.stderr[-2000:])
-        (line,) = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+        (line,) = [x for x in res.stderr.splitlines() if x.startswith("error:")]
         assert f"{run / 'config.yaml'} {said}" in line, line
     assert not (tmp_path / "out").exists()
 

@@ -3,7 +3,6 @@ tracebacks, timing) and written per step to reward_logs.jsonl."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import sys

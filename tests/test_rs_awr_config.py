@@ -45,9 +45,8 @@ def test_awr_ess_rule_warns_below_threshold_for_awr_only():
     from rlft.config.schema import MonitorConfig
     from rlft.monitor.health import evaluate_rules
 
-    fire = lambda stage, ess: [f.rule for f in evaluate_rules({"ess": ess},
-                                                              SimpleNamespace(stage=stage,
-                                                                              monitor=MonitorConfig()))]  # noqa: E731
+    def fire(stage, ess):
+        return [f.rule for f in evaluate_rules({"ess": ess}, SimpleNamespace(stage=stage, monitor=MonitorConfig()))]
     assert fire("awr", 0.05) == ["awr_ess"]
     assert fire("awr", 0.2) == [] and fire("rs_sft", 0.05) == [] and fire("grpo", 0.05) == []
     f = evaluate_rules({"ess": 0.05}, SimpleNamespace(stage="awr", monitor=MonitorConfig()))[0]

@@ -45,12 +45,15 @@ def _tiny_tokenizer_files(dest: Path) -> None:
 
 
 REAL_CONFIGS = {
-    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 688,
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,
+              "intermediate_size": 688,
               "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 520,
               "max_position_embeddings": 1024, "tie_word_embeddings": False, "torch_dtype": "bfloat16"},
-    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 192, "intermediate_size": 512,
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 192,
+              "intermediate_size": 512,
               "num_hidden_layers": 5, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 32,
-              "vocab_size": 520, "max_position_embeddings": 1024, "tie_word_embeddings": True, "torch_dtype": "bfloat16"},
+              "vocab_size": 520, "max_position_embeddings": 1024, "tie_word_embeddings": True,
+              "torch_dtype": "bfloat16"},
 }
 
 
@@ -75,7 +78,8 @@ def test_same_family_model_from_config_and_tokenizer(tmp_path, family):
     assert marker["shrunk"]["num_hidden_layers"] == [REAL_CONFIGS[family]["num_hidden_layers"], 2]
     from transformers import AutoTokenizer
 
-    assert AutoTokenizer.from_pretrained(str(built)).chat_template == AutoTokenizer.from_pretrained(str(real)).chat_template
+    template = AutoTokenizer.from_pretrained(str(real)).chat_template
+    assert AutoTokenizer.from_pretrained(str(built)).chat_template == template
     weights = built / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     again, _ = ensure_family_model(files, cache_dir=tmp_path / "cache")  # cached by the hash of the real files
@@ -183,7 +187,8 @@ def test_smoke_refuses_resume_and_overwrite(tmp_path):
 
 def test_misnamed_data_column_stops_smoke_as_the_real_run(tmp_path):
     data = tmp_path / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(8)))
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?",
+                                        "answer": str(i + 1)}) + "\n" for i in range(8)))
     args = ["train", "--stage", "grpo", f"data.train={data}", "rewards=[{fn: numeric_match}]"]
     real, smoke = run_cli(*args, cwd=tmp_path), run_cli(*args, "--smoke", cwd=tmp_path)
     assert real.returncode == smoke.returncode == 2

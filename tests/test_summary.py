@@ -1,4 +1,5 @@
-"""summary.json: status per exit code, the last training row of metrics.jsonl, atomic write; the headline\nnumbers, best checkpoint and the end-of-train table (worked numbers)."""
+"""summary.json: status per exit code, the last training row of metrics.jsonl, atomic write; the headline
+numbers, best checkpoint and the end-of-train table (worked numbers)."""
 
 import io
 import json

@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 
 @pytest.fixture(scope="module")
 def tiny():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from rlft.tiny import ensure_tiny_model
 
