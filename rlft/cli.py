@@ -51,7 +51,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """RL fine-tuning of causal LMs from layered YAML profiles (the stages are listed in the app's help)."""
 
 STAGE_OPT = typer.Option(DEFAULT_STAGE, "--stage", "-s", help=f"Stage profile: {', '.join(STAGES)}.")
-HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs visible here).")
+HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWARE)}, or auto (picked from the GPUs "
+                                          "visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
 SMOKE_HELP = ("Smoke-test this config on the CPU (for CI): the same stage, data, rewards and settings on a tiny model "
@@ -75,7 +76,8 @@ def _print_problems(problems: list[Problem]) -> None:
     if rest:
         n_err = sum(p.level == "error" for p in rest)
         _err(f"... and {len(rest)} more problem{'s' if len(rest) != 1 else ''} not shown "
-             f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} warning{'s' if len(rest) - n_err != 1 else ''})")
+             f"({n_err} error{'s' if n_err != 1 else ''}, {len(rest) - n_err} "
+             f"warning{'s' if len(rest) - n_err != 1 else ''})")
 
 
 # rlft's own errors that end a command with "error: <message>" and this exit code (None: the error's own
@@ -199,7 +201,8 @@ def _memory_warning(cfg, composed, hw: str) -> None:
 @app.command("plan")
 def plan_cmd(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
              overrides: Optional[List[str]] = OVERRIDES_ARG,
-             json_out: bool = typer.Option(False, "--json", help="One JSON object: peak_gb, terms, device_gb, fits.")) -> None:
+             json_out: bool = typer.Option(False, "--json", help="One JSON object: peak_gb, terms, device_gb, "
+                                                                 "fits.")) -> None:
     """Plan the peak memory per device, term by term, from the config and the model's config.json (no torch)."""
     from rlft.plan import plan_for
     from rlft.plan.model_shape import ShapeError
@@ -250,7 +253,8 @@ def env() -> None:
 def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to (new, empty, or "
                                                         "a tiny model rlft wrote before)."),
                init_std: float = typer.Option(None, help="Weight init std, > 0 (default: rlft's learnable default)."),
-               force: bool = typer.Option(False, "--force", help="Write into a folder that holds other files.")) -> None:
+               force: bool = typer.Option(False, "--force", help="Write into a folder that holds other "
+                                                                 "files.")) -> None:
     """Build rlft's tiny causal LM (offline) into OUT_DIR."""
     if init_std is not None and not init_std > 0:  # NaN too
         _err(f"error: --init-std must be > 0 (got {init_std})")
@@ -269,7 +273,8 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
 @app.command("train")
 def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
           overrides: Optional[List[str]] = OVERRIDES_ARG,
-          resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest checkpoint."),
+          resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest "
+                                                              "checkpoint."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder (the old "
                                          "one is moved to <name>.old and deleted at the new run's first checkpoint)."),
           allow_config_change: bool = typer.Option(False, "--allow-config-change",
@@ -359,7 +364,8 @@ def report(runs: List[Path] = typer.Argument(..., help="Run folder(s), or jsonl 
 
 TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
                                       "or a transformers model folder.")
-CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use checkpoints/checkpoint-N instead of final/.")
+CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use checkpoints/checkpoint-N instead of "
+                                                         "final/.")
 
 
 def _target(path: Path, checkpoint: Optional[int]):
@@ -379,10 +385,13 @@ def _quiet() -> None:
 def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT,
              overrides: Optional[List[str]] = OVERRIDES_ARG,
              stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's)."),
-             data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` = the built-in task."),
+             data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` "
+                                                                     "= the built-in task."),
              n: int = typer.Option(4, "-n", min=1, help="Completions sampled per prompt."),
-             max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N prompts only."),
-             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in the run folder, else here)."),
+             max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N "
+                                                                                          "prompts only."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in "
+                                                                          "the run folder, else here)."),
              checkpoint: Optional[int] = CHECKPOINT_OPT,
              seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
@@ -414,7 +423,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     with _exits():
         res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
-    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} completions")
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} "
+               "completions")
     for name, value in res["rewards"].items():
         typer.echo(f"  {name:<24}{fmt(value)}")
     typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
@@ -425,7 +435,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
 @app.command("generate")
 def generate_cmd(target: Path = TARGET_ARG,
                  prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable)."),
-                 file: Optional[Path] = typer.Option(None, "--file", "-f", help="A text file with one prompt per line."),
+                 file: Optional[Path] = typer.Option(None, "--file", "-f", help="A text file with one prompt per "
+                                                                                "line."),
                  n: int = typer.Option(2, "-n", min=1, help="Completions per prompt."),
                  max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion (tokens)."),
                  temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature."),
@@ -442,7 +453,8 @@ def generate_cmd(target: Path = TARGET_ARG,
         try:
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            _err(f"error: --file {file} is not UTF-8 text (byte {exc.start}): give a text file with one prompt per line")
+            _err(f"error: --file {file} is not UTF-8 text (byte {exc.start}): give a text file with one prompt per "
+                 "line")
             raise typer.Exit(2)
         except OSError as exc:
             _err(f"error: --file {file}: {exc.strerror or exc}")
@@ -471,7 +483,8 @@ def generate_cmd(target: Path = TARGET_ARG,
 @app.command("export")
 def export_cmd(target: Path = TARGET_ARG,
                out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist or be empty)."),
-               merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain transformers model."),
+               merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain "
+                                                                 "transformers model."),
                checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
     """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
     from rlft.posttrain import check_export_dir
@@ -520,7 +533,8 @@ def pipeline_validate(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] 
 
 
 @pipeline_app.command("show")
-def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW) -> None:
+def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES,
+                  hw: str = PIPE_HW) -> None:
     """Print each stage's resolved config with the layer of every key and what its reference is."""
     from rlft.config.init_from import describe_reference
     from rlft.config.render import render_yaml
@@ -545,7 +559,8 @@ def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PI
 
 @pipeline_app.command("run")
 def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES, hw: str = PIPE_HW,
-                 resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted one, go on."),
+                 resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted "
+                                                                     "one, go on."),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings."),
                  smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP)) -> None:
     """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
@@ -579,18 +594,25 @@ app.add_typer(rewards_app, name="rewards")
 
 @rewards_app.command("try")
 def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[List[str]] = OVERRIDES_ARG,
-                stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's, else grpo)."),
+                stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's, "
+                                                                                "else grpo)."),
                 hw: str = HW_OPT,
-                from_run: Optional[Path] = typer.Option(None, "--from-run", help="Re-score the completions a run logged "
-                                                        "(its config, then -c files, set the rewards) and show what changed."),
+                from_run: Optional[Path] = typer.Option(None, "--from-run", help="Re-score the completions a run "
+                                                                                 "logged "
+                                                        "(its config, then -c files, set the rewards) and show what "
+                                                        "changed."),
                 completions: Optional[Path] = typer.Option(None, "--completions", help="A jsonl of {\"row\": {prompt, "
-                                                           "columns...} or \"prompt\": ..., \"completion\": ...} rows."),
+                                                           "columns...} or \"prompt\": ..., \"completion\": ...} "
+                                                           "rows."),
                 sample: Optional[int] = typer.Option(None, "--sample", min=1, help="Sample N completions per prompt "
                                                      "from the configured model (no training) and score them."),
-                max_prompts: int = typer.Option(8, "--max-prompts", min=1, help="With --sample: the first N prompts of data.train."),
-                out: Path = typer.Option(Path("rewards_try.jsonl"), "--out", "-o", help="Scored rows, in completions.jsonl's format."),
+                max_prompts: int = typer.Option(8, "--max-prompts", min=1, help="With --sample: the first N prompts of "
+                                                                                "data.train."),
+                out: Path = typer.Option(Path("rewards_try.jsonl"), "--out", "-o", help="Scored rows, in "
+                                                                                        "completions.jsonl's format."),
                 force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
-                strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no signal.")) -> None:
+                strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no "
+                                                                    "signal.")) -> None:
     """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
     time per call, prompts without signal, and a verdict."""
     from rlft.reward_try import check_sources, run_config_file, run_stage, try_rewards

@@ -81,7 +81,7 @@ class StageSpec:
     trl_config: str | None = None           # "module:Class" of the TRL config it builds, None = rlft's own trainer
     trl_modeled: tuple[tuple[str, str], ...] = ()  # (TRL option, rlft key that sets it) beyond the common train.* ones
     data_columns: tuple[str, ...] = ("data.prompt_column",)  # config keys naming the columns data.train must have
-    samples: bool = False                   # generates and scores completions (needs `rewards:`, writes completions.jsonl)
+    samples: bool = False                   # generates and scores completions (needs `rewards:`; completions.jsonl)
     uses_reference: bool = False            # measures KL or preferences against a frozen model
     uses_env: bool = False                  # can run multi-turn episodes in `env.name`
     reloads_rewards: bool = False           # `monitor.reward_hot_reload` re-imports its reward files per step

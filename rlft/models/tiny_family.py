@@ -162,7 +162,8 @@ def _build(files: ModelFiles, out: Path) -> dict:
             model(input_ids=torch.tensor([[min(1, config.vocab_size - 1)] * 2]))
     except Exception as exc:  # noqa: BLE001 - any failure means: no tiny model of this family, use rlft's own
         raise FamilyError(f"transformers cannot build a 2-layer {type(config).__name__} from {files.folder} "
-                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})") from None
+                          f"({type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})") from None
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()

@@ -168,7 +168,8 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
                                         f"{f(sampling['overlap_frac'])}"))
     best = summary.get("best_checkpoint")
     if best:
-        score = f" ({best['metric']} {f(best['value'])} over its last {best.get('window')} steps)" if best.get("metric") else ""
+        score = (f" ({best['metric']} {f(best['value'])} over its last {best.get('window')} steps)"
+                 if best.get("metric") else "")
         lines.append(("best checkpoint", f"{best['path']}{score}"))
     lines.append(("report", summary.get("report_command", report_command(run_root))))
     return lines

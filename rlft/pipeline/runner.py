@@ -34,7 +34,8 @@ def _resumable(run_dir: Path) -> bool:
 
 def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) -> dict:
     run_dir = pipe.stage_dir(entry)
-    record = {"index": entry.index, "name": entry.name, "stage": entry.stage, "dir": str(run_dir), "status": status or "pending"}
+    record = {"index": entry.index, "name": entry.name, "stage": entry.stage, "dir": str(run_dir),
+              "status": status or "pending"}
     from rlft.monitor.summary import read_summary
 
     summary = read_summary(run_dir / "summary.json")
@@ -92,7 +93,8 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         raise ConfigError(problems)
     started = [e for e in pipe.stages if pipe.stage_dir(e).exists() and any(pipe.stage_dir(e).iterdir())]
     if started and not resume:
-        raise RunError(f"pipeline folder {pipe.output_dir} already holds {started[0].folder}: pass --resume to continue "
+        raise RunError(f"pipeline folder {pipe.output_dir} already holds {started[0].folder}: pass --resume to "
+                       "continue "
                        f"the pipeline, or set `output_dir:` (or remove the folder) to start again")
     _claim_pipeline_dir(pipe)
     resume_cmd = f"rlft pipeline run {pipe.path} --resume"
@@ -130,7 +132,8 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         if code != 0:
             write_pipeline_summary(pipe, records, "interrupted" if code >= 128 else "failed")
             print_table(pipe, records)
-            print(f"rlft pipeline: stopped in {entry.label} (exit {code}); continue with `{resume_cmd}`", file=sys.stderr)
+            print(f"rlft pipeline: stopped in {entry.label} (exit {code}); continue with "
+                  f"`{resume_cmd}`", file=sys.stderr)
             return code
         write_pipeline_summary(pipe, records, "running")
         previous = run_dir

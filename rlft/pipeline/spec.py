@@ -111,7 +111,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
     at = lambda key: f"{shown}:{lines[key]}" if key in lines else shown  # noqa: E731
     for key in data:
         if key not in TOP_KEYS:
-            problems.append(Problem(str(key), at(str(key)), f"unknown pipeline key; expected one of {', '.join(TOP_KEYS)} "
+            problems.append(Problem(str(key), at(str(key)), "unknown pipeline key; expected one of "
+                                                            f"{', '.join(TOP_KEYS)} "
                                     "(stage config goes under `defaults:` or a stage entry)"))
     base_dir = path.resolve().parent
     name = data.get("name") or path.stem
@@ -125,10 +126,12 @@ def load_pipeline(path: str | Path) -> Pipeline:
         problems.append(Problem("defaults", at("defaults"), "must be a mapping of config sections"))
         defaults = {}
     anchor_paths(defaults, base_dir)
-    pipe = Pipeline(path, str(name), out, _sub_layer(shown, defaults, _value_node(node, "defaults"), source_dir=base_dir))
+    pipe = Pipeline(path, str(name), out,
+                    _sub_layer(shown, defaults, _value_node(node, "defaults"), source_dir=base_dir))
     raw = data.get("stages")
     if not isinstance(raw, list) or not raw:
-        problems.append(Problem("stages", at("stages"), "a pipeline needs a non-empty `stages:` list of {stage: ...} entries"))
+        problems.append(Problem("stages", at("stages"), "a pipeline needs a non-empty `stages:` list of {stage: ...} "
+                                                        "entries"))
         raise ConfigError(problems)
     seq = _value_node(node, "stages")
     for i, item in enumerate(raw, start=1):
@@ -139,10 +142,12 @@ def load_pipeline(path: str | Path) -> Pipeline:
             continue
         stage, hw = item["stage"], item.get("hw")
         if stage not in STAGES:
-            problems.append(Problem(f"stages[{i}].stage", where, f"unknown stage `{stage}`; expected one of {', '.join(STAGES)}"))
+            problems.append(Problem(f"stages[{i}].stage", where, f"unknown stage `{stage}`; expected one of "
+                                                                 f"{', '.join(STAGES)}"))
             continue
         if hw is not None and hw not in HARDWARE:
-            problems.append(Problem(f"stages[{i}].hw", where, f"unknown hardware profile `{hw}`; expected one of {', '.join(HARDWARE)}"))
+            problems.append(Problem(f"stages[{i}].hw", where, f"unknown hardware profile `{hw}`; expected one of "
+                                                              f"{', '.join(HARDWARE)}"))
             continue
         files = item.get("config") or []
         files = [files] if isinstance(files, str) else files
@@ -179,7 +184,8 @@ def split_overrides(pipe: Pipeline, overrides: list[str]) -> tuple[list[str], di
             entry = pipe.select(selector)
             if entry is None or not rest:
                 names = ", ".join(f"{e.index} or {e.name}" for e in pipe.stages)
-                problems.append(Problem(key, "command line", f"no stage `{selector}` in the pipeline (stages: {names}); "
+                problems.append(Problem(key, "command line", f"no stage `{selector}` in the pipeline (stages: "
+                                                             f"{names}); "
                                         "write stages.<number or name>.<key>=<value>"))
                 continue
             own.setdefault(entry.index, []).append(item[len("stages.") + len(selector) + 1:])

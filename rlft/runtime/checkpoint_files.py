@@ -61,7 +61,8 @@ def _read_json(path: Path) -> tuple[object, str | None]:
 
 
 def _fits(value, hint) -> bool:
-    """Whether a JSON value fits a dataclass field's type hint (int, float, bool, str, list[...], dict[...], X | None)."""
+    """Whether a JSON value fits a dataclass field's type hint (int, float, bool, str, list[...], dict[...],
+    X | None)."""
     import types
     import typing
 

@@ -14,7 +14,8 @@ from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_s
 from rlft.runtime.checkpoint_files import checkpoint_problem, read_rlft_state
 from rlft.runtime.resume_config import check_resume_config
 from rlft.runtime.resume_logs import resume_logs
-from rlft.runtime.resume_plan import ProblemOf, ResumePlan, SetAside, aside_path, newest_whole, plan_resume, target_steps
+from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, aside_path, newest_whole, plan_resume,
+                                     target_steps)
 from rlft.runtime.saved_state import load_rlft_state, state_problem
 
 

@@ -251,7 +251,8 @@ def _get(data: Any, path: str) -> Any:
     return data
 
 
-def smoke_changes(cfg, composed, choice: ModelChoice, output_dir: str | None, own_init_from: bool = True) -> list[Change]:
+def smoke_changes(cfg, composed, choice: ModelChoice, output_dir: str | None,
+                  own_init_from: bool = True) -> list[Change]:
     """Every change of one stage's config; `output_dir` None leaves train.output_dir to the caller (a pipeline)."""
     changes = [*model_changes(cfg, choice, own_init_from), *hardware_changes(cfg), *size_changes(cfg),
                *monitor_changes(cfg), *learning_rate_changes(cfg, composed)]

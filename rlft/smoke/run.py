@@ -189,7 +189,8 @@ def write_block(path: Path, block: dict) -> None:
 
 
 def _fmt(value) -> str:
-    text = value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else json.dumps(value, default=str)
+    text = value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else json.dumps(value,
+                                                                                                         default=str)
     return text if len(text) <= 48 else text[:45] + "..."
 
 

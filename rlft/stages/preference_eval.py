@@ -38,11 +38,12 @@ class PreferenceEval:
 
     def _evaluate(self, model, rows: list[dict]) -> dict:
         from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
-        from rlft.stages.preference import max_length
 
         section = getattr(self.cfg, self.cfg.stage)
-        # the answer budget the stage trains with: what fits beside the longest prompt
-        answer = max(1, max_length(self.cfg, section.max_length) - section.max_prompt_length)
+        # the answer budget the stage trains with: what fits beside the longest prompt (the stage's max_length,
+        # capped by train.max_seq_length, as the recipe in rlft.stages.preference sets it)
+        longest = min(section.max_length, self.cfg.train.max_seq_length)
+        answer = max(1, longest - section.max_prompt_length)
         params = SamplingParams(max_new_tokens=answer, batch_size=self.cfg.train.per_device_train_batch_size,
                                 seed=self.cfg.train.seed + EVAL_SEED_OFFSET)
         prompts = [r["prompt"] for r in rows]

@@ -198,7 +198,8 @@ class RlftGRPOTrainer(GRPOTrainer):
         completion_mask = out["completion_mask"]
         if g.remove_constant_reward_groups:
             keep_local = ~expand_group_mask(const_P, g.group_size)[local]
-            out["completion_mask"] = completion_mask = completion_mask * keep_local.unsqueeze(1).to(completion_mask.dtype)
+            completion_mask = completion_mask * keep_local.unsqueeze(1).to(completion_mask.dtype)
+            out["completion_mask"] = completion_mask
             out["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
             m["groups_removed"].append(const_P.float().sum().item())
 
@@ -322,8 +323,8 @@ class RlftGRPOTrainer(GRPOTrainer):
         rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
         self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
                                   advantages=adv.tolist(),
-                                  extra={"completion_tokens": [int(t) for t in tokens] if len(tokens) == len(completions)
-                                         else [None] * len(completions),
+                                  extra={"completion_tokens": [int(t) for t in tokens]
+                                         if len(tokens) == len(completions) else [None] * len(completions),
                                          "reward_version": [self.reward_version] * len(completions),
                                          "prompt_rendered": shown})
 

@@ -323,7 +323,8 @@ def fill_lengths(c: Completions, tokenizer_json: Path | None) -> None:
 
 def find_tokenizer(path: Path) -> Path | None:
     candidates = [path / "final" / "tokenizer.json"]
-    ckpts = sorted((path / "checkpoints").glob("checkpoint-*/tokenizer.json")) if (path / "checkpoints").is_dir() else []
+    ckpt_dir = path / "checkpoints"
+    ckpts = sorted(ckpt_dir.glob("checkpoint-*/tokenizer.json")) if ckpt_dir.is_dir() else []
     candidates += ckpts[::-1]
     return next((p for p in candidates if p.is_file()), None)
 

@@ -9,8 +9,8 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
-from rlft.config.stagespec import BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, kl_control_note, Logits, MemoryProfile, StageChecks, \
-    StageSpec, fewer_sampled_rows, is_number, reference_held, shorter_sequences
+from rlft.config.stagespec import (BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits, MemoryProfile, StageChecks, StageSpec,
+                                   fewer_sampled_rows, is_number, kl_control_note, reference_held, shorter_sequences)
 
 
 @dataclass
