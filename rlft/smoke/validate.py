@@ -13,6 +13,7 @@ from typing import Any
 
 from rlft.config.compose import Composed, Layer, compose
 from rlft.config.errors import ConfigError, Problem
+from rlft.smoke.changes import _get
 
 MACHINE_KEYS: dict[str, Any] = {"model.name_or_path": "tiny", "model.init_from": None, "model.ref": "base"}
 UNCHECKED_LAYER = "--smoke (not checkable on this machine; replaced in the smoke run)"
@@ -24,12 +25,6 @@ def unchecked(warnings: list[Problem]) -> list[Problem]:
     return [w for w in warnings if w.message.startswith(NOT_CHECKED)]
 
 
-def _get(data: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
 
 
 def _stand_in(key: str, given: Any) -> tuple[bool, Any]:
