@@ -139,26 +139,28 @@ def tiny_corpus() -> list[str]:
     return lines
 
 
-def tiny_model_name(
-    *,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    vocab_size: int = 512,
-    init_std: float = DEFAULT_INIT_STD,
-    seed: int = 0,
-    arch: str = "qwen2",
-) -> str:
-    """Cache folder name for a set of build arguments, e.g. ``tiny-qwen2-h64-l2-a4-voc512-std0.15-s0-v1-1a2b3c4d``.
+# build_tiny_model's keyword defaults, which name its cache folder (tests/test_tiny.py holds the two equal)
+BUILD_DEFAULTS: dict[str, Any] = dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=512,
+                                      init_std=DEFAULT_INIT_STD, seed=0, arch="qwen2")
+
+
+def tiny_model_name(**build_args: Any) -> str:
+    """Cache folder name for `build_tiny_model`'s keyword arguments (its defaults for the rest), e.g.
+    ``tiny-qwen2-h64-l2-a4-voc512-std0.15-s0-v1-1a2b3c4d``.
 
     The last part hashes this module's source, so an edited recipe (corpus, config) never reuses a
     model cached by an earlier one."""
     import hashlib
 
+    defaults = BUILD_DEFAULTS
+    unknown = set(build_args) - set(defaults)
+    if unknown:
+        raise TypeError(f"tiny_model_name() got unexpected arguments: {', '.join(sorted(unknown))}")
+    a = {**defaults, **build_args}
     recipe = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:8]
     return (
-        f"tiny-{arch}-h{hidden_size}-l{num_layers}-a{num_heads}-voc{vocab_size}"
-        f"-std{float(init_std):g}-s{seed}-v{FORMAT_VERSION}-{recipe}"
+        f"tiny-{a['arch']}-h{a['hidden_size']}-l{a['num_layers']}-a{a['num_heads']}-voc{a['vocab_size']}"
+        f"-std{float(a['init_std']):g}-s{a['seed']}-v{FORMAT_VERSION}-{recipe}"
     )
 
 

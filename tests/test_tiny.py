@@ -206,3 +206,10 @@ def test_write_demo_dataset(tmp_path):
     path = demo.write_demo_dataset(tmp_path / "sub" / "demo.jsonl", n=8)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows == demo.demo_prompts(n=8)
+
+
+def test_the_cache_name_defaults_are_the_builders():
+    import inspect
+
+    params = inspect.signature(tiny.build_tiny_model).parameters
+    assert {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == tiny.BUILD_DEFAULTS
