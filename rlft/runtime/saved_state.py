@@ -75,8 +75,10 @@ def load_rlft_state(trainer, state: dict, changes: dict, section: str) -> None:
         return
     for key, attr in (("kl_penalty_coef", "value"), ("init_kl_coef", "value"), ("target_kl", "target"),
                       ("kl_horizon", "horizon")):
-        if f"{section}.{key}" in changes and hasattr(kl_ctl, attr):  # a fixed controller has no target
-            setattr(kl_ctl, attr, float(changes[f"{section}.{key}"][1]))
+        new = changes.get(f"{section}.{key}", (None, None))[1]
+        # a fixed controller has no target; a horizon set back to null keeps the one the run resolved
+        if new is not None and hasattr(kl_ctl, attr):
+            setattr(kl_ctl, attr, float(new))
 
 
 def state_problem(trainer, state: dict, changes: dict, section: str) -> str | None:
