@@ -13,6 +13,9 @@ from typing import Any
 
 from rlft.config.compose import Layer
 
+# the layer of stand-ins for what only the target machine can check (rlft.smoke.validate)
+UNCHECKED_LAYER = "--smoke (not checkable on this machine; replaced in the smoke run)"
+
 STEPS = 2            # steps (updates) trained: a checkpoint at step 1, then --resume to step 2
 TOKENS = 16          # longest sampled completion
 SEQ = 256            # longest sequence (prompt + completion)
@@ -228,7 +231,6 @@ def learning_rate_changes(cfg, composed) -> list[Change]:
     out = _Changes("learning rate")
     auto = any(_get(layer.data, "train.learning_rate") == "auto" for layer in composed.layers)
     if auto:
-        from rlft.smoke.validate import UNCHECKED_LAYER
 
         here = composed.layer_of("train.learning_rate") != UNCHECKED_LAYER
         out.add("train.learning_rate", "auto", cfg.train.learning_rate,

@@ -13,10 +13,9 @@ from typing import Any
 
 from rlft.config.compose import Composed, Layer, compose
 from rlft.config.errors import ConfigError, Problem
-from rlft.smoke.changes import _get
+from rlft.smoke.changes import UNCHECKED_LAYER, _get
 
 MACHINE_KEYS: dict[str, Any] = {"model.name_or_path": "tiny", "model.init_from": None, "model.ref": "base"}
-UNCHECKED_LAYER = "--smoke (not checkable on this machine; replaced in the smoke run)"
 NOT_CHECKED = "not checked on this machine (the smoke run replaces it): "
 
 
