@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 class RlftEpisodeGRPOTrainer(RlftPPOTrainer):
     """GRPO on `cfg.grpo` over episodes of `cfg.env`, on the PPO loop."""
-    section_name = "grpo"
     advantage_estimator = "episode_returns"
     policy_loss = "ppo"  # clipped at grpo.clip_range whatever grpo.loss_fn says: that key is TRL's (single-turn)
 

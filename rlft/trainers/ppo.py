@@ -38,6 +38,7 @@ from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance,
     default_horizon, kl_sample_train, make_kl_controller, masked_mean, ppo_loop_schedule, ppo_loss, shape_rewards,
 )
+from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
@@ -91,7 +92,6 @@ class PPOBatch:
 class RlftPPOTrainer(Trainer):
     """PPO on `cfg.ppo` (with `cfg.train`, `cfg.env`, `cfg.monitor`); a subclass may run another section's
     algorithm on the same loop (rlft.trainers.grpo_episodes)."""
-    section_name = "ppo"                  # the config section the loop reads its algorithm's keys from
     advantage_estimator = "gae"           # in rlft.algos.ADVANTAGE_ESTIMATORS
     policy_loss = "ppo"                   # in rlft.algos.POLICY_LOSSES
 
@@ -101,7 +101,8 @@ class RlftPPOTrainer(Trainer):
                  episode_eval_rows: list[dict] | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.cfg = cfg
-        self.section = sec = getattr(cfg, self.section_name)
+        # the algorithm's keys: the section of the stage being run (ppo, or grpo over episodes)
+        self.section = sec = getattr(cfg, get_spec(cfg.stage).section)
         self.schedule: LoopSchedule = self.make_schedule(cfg, len(train_rows))
         self.train_rows = train_rows
         self.evaluation = evaluation  # policy -> {"reward_mean", "n", ...} on the evaluation prompts, or None
