@@ -288,6 +288,8 @@ def _not_a_run(root: Path, opts: RunOptions) -> RunError:
 def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
     """The run folder this run uses (the newest matching run for a bare --resume, else a new timestamped
     one when train.output_dir is unset), checked to be writable; sets train.output_dir."""
+    if opts.resume and opts.overwrite:  # first: before a bare --resume goes looking for a run
+        raise RunError("--resume and --overwrite contradict each other; pick one")
     if cfg.train.output_dir is None and opts.resume and not os.environ.get("RLFT_LAUNCHED"):
         cfg.train.output_dir = str(find_run_to_resume(cfg, opts.argv))
         print(f"rlft: --resume: continuing {cfg.train.output_dir}, the newest {cfg.stage} run with this config",
@@ -301,8 +303,6 @@ def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
 
 def _check_existing(run: RunDir, opts: RunOptions) -> bool:
     """The preconditions on the folder as it is (nothing written): True when it exists and is not empty."""
-    if opts.resume and opts.overwrite:
-        raise RunError("--resume and --overwrite contradict each other; pick one")
     exists = run.root.is_dir() and any(run.root.iterdir())
     if run.root.exists() and not run.root.is_dir():
         raise RunError(f"run folder {run.root} is a file; set train.output_dir to a folder")
@@ -326,8 +326,6 @@ def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
     """The run folder's preconditions (--resume needs an rlft run, a new run needs none or --overwrite on an
     rlft run, the place is writable), checked without creating anything: called before the model and data
     load, so a run that fails while loading leaves nothing behind. `prepare_run_dir` creates it afterwards."""
-    if opts.resume and opts.overwrite:
-        raise RunError("--resume and --overwrite contradict each other; pick one")
     run = _run_dir_for(cfg, opts)
     if os.environ.get("RLFT_LAUNCHED"):
         return run

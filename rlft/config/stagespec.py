@@ -57,7 +57,9 @@ def kl_control_note(section: str, coef: float, target: float, adaptive: bool, ho
     if not adaptive or not coef > 0:
         return None
     if horizon is None:
-        horizon, why = max(1, -(-total_steps // 10)), f"a tenth of the run's {total_steps} {unit}"
+        from rlft.algos.kl_control import default_horizon  # plain Python: the trainers' own rule
+
+        horizon, why = default_horizon(total_steps), f"a tenth of the run's {total_steps} {unit}"
     else:
         why = f"{section}.kl_horizon"
     return (f"# KL control: {section} coefficient {coef:g} adapts toward target_kl {target:g} nats per token over a "
