@@ -9,6 +9,7 @@ import sys
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
+from rlft.runtime.sharding import CPU_FSDP_ENV
 
 LAUNCHED_ENV = "RLFT_LAUNCHED"  # set in the processes `accelerate launch` starts for us
 
@@ -84,9 +85,6 @@ def preflight(cfg: RlftConfig, hw_name: str) -> list[str]:
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
             problems.append(f"profile `{hw_name}` needs Apple MPS, which is not available here; use --hw cpu")
-    if hw.distributed_strategy == "fsdp" and hw.device == "cpu":
-        problems.append("FSDP does not run on CPU (it fails or silently falls back to DDP); use --hw ddp "
-                        "hw.device=cpu for multi-process CPU runs, or a CUDA machine")
     if hw.distributed_strategy == "deepspeed":
         try:
             import deepspeed  # noqa: F401
@@ -112,8 +110,15 @@ def accelerate_command(cfg: RlftConfig, argv: list[str]) -> list[str]:
     if hw.main_process_ip:
         cmd += ["--main_process_ip", hw.main_process_ip]
     if hw.distributed_strategy == "fsdp":
-        cmd += ["--use_fsdp", "--fsdp_sharding_strategy", hw.fsdp_sharding_strategy,
+        # FSDP2 (accelerate's default is FSDP1); FULL_SHARD frees the gathered layer after its forward,
+        # SHARD_GRAD_OP keeps it until the backward (FSDP2's reshard_after_forward=False)
+        cmd += ["--use_fsdp", "--fsdp_version", "2",
+                "--fsdp_reshard_after_forward", str(hw.fsdp_sharding_strategy == "FULL_SHARD").lower(),
                 "--fsdp_auto_wrap_policy", hw.fsdp_auto_wrap_policy,
+                # a LoRA run's checkpoints are small: rank 0 gathers and writes them (no shared filesystem needed);
+                # full fine-tuning writes each rank's shard (every rank needs the run folder: a shared filesystem)
+                "--fsdp_state_dict_type", "FULL_STATE_DICT" if cfg.lora.enabled else "SHARDED_STATE_DICT",
+                "--fsdp_cpu_ram_efficient_loading", "false",
                 "--fsdp_offload_params", str(hw.fsdp_offload_params).lower()]
     elif hw.distributed_strategy == "deepspeed":
         cmd += ["--use_deepspeed", "--zero_stage", str(hw.deepspeed_zero_stage or 2)]
@@ -130,6 +135,8 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
     env = {**os.environ, LAUNCHED_ENV: "1"}
     if cfg.hw.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
+        if cfg.hw.distributed_strategy == "fsdp":  # rlft engages FSDP2 itself where accelerate would not
+            env[CPU_FSDP_ENV] = "1"
     print(f"rlft: launching {cfg.hw.num_processes * cfg.hw.num_machines} processes "
           f"({cfg.hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
     return subprocess.call(cmd, env=env)

@@ -29,6 +29,18 @@ class StepBegins(TrainerCallback):
         self.ctx.step_begins()
 
 
+class ShardingCheck(TrainerCallback):
+    """Once the trainer has prepared the model: record how it is laid out across ranks (summary.json's
+    `distributed` block) and refuse an FSDP run whose model was not sharded."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.ctx.sharding_ready(model if model is not None else self.ctx.trainer.model)
+        return control
+
+
 class CheckpointMarker(TrainerCallback):
     """Runs after every checkpoint save: writes rlft's own state, then the completion marker."""
 

@@ -24,6 +24,8 @@ from rlft.runtime.ranks import check_ranks_in_sync
 from rlft.runtime.resume import Resume
 from rlft.runtime.run_summary import write_run_summary
 from rlft.runtime.saved_state import rlft_state
+from rlft.runtime.sharding import check_sharded, distributed_block, set_up_sharding
+from rlft.runtime.sharding import describe as describe_sharding
 
 
 class RunContext:
@@ -41,6 +43,7 @@ class RunContext:
         self.began = False  # a training step began in this process (the resume's changes to the logs are made)
         self.steps, self.max_steps = 0, None  # max_steps: known once training started
         self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
+        self.distributed: dict | None = None  # how the model is laid out across ranks, once prepared
 
     def __enter__(self) -> "RunContext":
         """Process set-up and the run folder's preconditions (checked, nothing written)."""
@@ -48,6 +51,7 @@ class RunContext:
         self.started = time.monotonic()
         self.planned = check_run_dir(self.cfg, self.opts)
         self.threads_note = set_up_process(self.cfg, self.rank)
+        set_up_sharding(self.cfg)
         return self
 
     def open_run(self) -> RunDir:
@@ -119,7 +123,7 @@ class RunContext:
             # stands (finished, interrupted at step N) stays true, and a "failed at step 0" would hide it
             if self.rank == 0 and not (self.opts.resume and not self.began and outcome.failed(code)):
                 write_run_summary(run, self.cfg.stage, code, error=error, steps=self.steps, max_steps=self.max_steps,
-                                  started=self.started, eval_numbers=self.eval)
+                                  started=self.started, eval_numbers=self.eval, distributed=self.distributed)
             if run.replaced is not None and self.rank == 0:
                 print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
                       f"checkpoint); move it back or delete it", file=sys.stderr)
@@ -152,7 +156,9 @@ class RunContext:
         return self.resume.newest_checkpoint(folder)
 
     def callbacks(self) -> list:
-        from rlft.monitor.callbacks import ApplyConfigChanges, CheckpointMarker, InterruptCallback, StepBegins
+        from rlft.monitor.callbacks import (
+            ApplyConfigChanges, CheckpointMarker, InterruptCallback, ShardingCheck, StepBegins,
+        )
         from rlft.monitor.console import ConsoleProgress
         from rlft.monitor.health import HealthMonitor
         from rlft.monitor.metrics import MetricsWriter
@@ -163,8 +169,18 @@ class RunContext:
         per_generation = get_spec(self.cfg.stage).steps_per_generation
         metrics = MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health,
                                 per_generation(self.cfg) if per_generation else None)
-        return [StepBegins(self), metrics, self.console,
+        return [ShardingCheck(self), StepBegins(self), metrics, self.console,
                 InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *changes]
+
+    def sharding_ready(self, model) -> None:
+        """The model as the trainer will train it (after accelerate's prepare): its layout, checked and said."""
+        if self.distributed is not None:  # a stage of rounds trains several trainers
+            return
+        block = distributed_block(self.cfg, self.trainer.accelerator, model)
+        check_sharded(self.cfg, block)
+        self.distributed = block
+        if self.rank == 0 and block["world_size"] > 1:
+            print(f"rlft: {describe_sharding(block)}", file=sys.stderr)
 
     def step_begins(self) -> None:
         """This process's first training step begins: the resume now changes the run's logs."""

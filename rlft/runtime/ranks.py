@@ -1,5 +1,6 @@
-"""Multi-process runs end with every rank holding the same trainable weights (DDP all-reduces gradients); rank 0
-records each rank's checksum in distributed.json."""
+"""Multi-process DDP runs end with every rank holding the same trainable weights (DDP all-reduces gradients); rank 0
+records each rank's checksum in distributed.json. Under FSDP each rank holds its own shard, so there is
+nothing to compare."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def check_ranks_in_sync(trainer, run: RunDir) -> None:
     import torch
 
     model = acc.unwrap_model(trainer.model)
+    if acc.distributed_type.value == "FSDP":
+        return
     total = sum(p.detach().double().sum() for p in model.parameters() if p.requires_grad)
     sums = acc.gather(torch.as_tensor(total, device=acc.device).reshape(1)).tolist()
     if acc.is_main_process:

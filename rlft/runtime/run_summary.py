@@ -9,7 +9,8 @@ from rlft.run import RunDir, checkpoint_step
 
 
 def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str | None, steps: int,
-                      max_steps: int | None, started: float, eval_numbers: dict) -> None:
+                      max_steps: int | None, started: float, eval_numbers: dict,
+                      distributed: dict | None = None) -> None:
     """Never lets a write failure hide the run's own outcome."""
     from rlft.monitor.summary import last_metrics, print_summary, run_numbers, status_for, write_summary
 
@@ -18,6 +19,8 @@ def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str |
         extra["error"] = error[:2000]
     if max_steps:
         extra["max_steps"] = max_steps
+    if distributed is not None:
+        extra["distributed"] = distributed
     saved = [(checkpoint_step(p), p) for p in run.complete_checkpoints()]
     if run.final.is_dir():
         saved.append((steps, run.final))
