@@ -36,11 +36,24 @@ class PolicyWithValueHead(nn.Module):
         values_BT = self.value_head(hidden_BTH.float()).squeeze(-1)
         return out.logits, values_BT
 
-    def save_value_head(self, folder: str | Path) -> Path:
+    # what FSDP wrapping asks of a transformers model: shard each decoder layer, the embeddings and the head in
+    # units of their own (so the policy generates on its own, outside this module's forward)
+    @property
+    def _no_split_modules(self):
+        return getattr(self.policy, "_no_split_modules", None)
+
+    def get_input_embeddings(self):
+        return self.policy.get_input_embeddings()
+
+    def get_output_embeddings(self):
+        return self.policy.get_output_embeddings()
+
+    def save_value_head(self, folder: str | Path, state: dict | None = None) -> Path:
+        """The head's weights (`state`: as gathered from FSDP shards; by default the module's own)."""
         from safetensors.torch import save_file
 
         path = Path(folder) / VALUE_HEAD_FILE
-        state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
+        state = {k: v.detach().cpu().contiguous() for k, v in (state or self.value_head.state_dict()).items()}
         save_file(state, str(path))
         return path
 

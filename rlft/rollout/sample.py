@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from rlft.models.sharded import whole_weights
 from rlft.data.messages import as_text
 
 __all__ = ["Rollouts", "SamplingParams", "completion_mask", "render_prompt", "sample"]
@@ -173,19 +174,20 @@ def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, pro
     model.eval()
     chunks = []
     try:
-        for start in range(0, len(prompts), per_call):
-            p_ids, p_mask = _left_pad(tokenized[start:start + per_call], pad_id)
-            recorder = _SampledLogprobs(params.temperature)
-            out = model.generate(
-                input_ids=p_ids.to(device), attention_mask=p_mask.to(device), do_sample=True,
-                temperature=params.temperature, top_p=params.top_p, top_k=0, max_new_tokens=params.max_new_tokens,
-                num_return_sequences=n, use_cache=True, pad_token_id=pad_id, eos_token_id=eos,
-                logits_processor=LogitsProcessorList([recorder]),
-            )
-            completion = out[:, p_ids.size(1):]
-            logprobs = recorder.finish(completion[:, -1]) if completion.size(1) else completion.float()
-            chunks.append((p_ids.repeat_interleave(n, 0), p_mask.repeat_interleave(n, 0), completion.cpu(),
-                           logprobs.cpu()))
+        with whole_weights(model):  # a sharded policy: gathered once for the whole call
+            for start in range(0, len(prompts), per_call):
+                p_ids, p_mask = _left_pad(tokenized[start:start + per_call], pad_id)
+                recorder = _SampledLogprobs(params.temperature)
+                out = model.generate(
+                    input_ids=p_ids.to(device), attention_mask=p_mask.to(device), do_sample=True,
+                    temperature=params.temperature, top_p=params.top_p, top_k=0, max_new_tokens=params.max_new_tokens,
+                    num_return_sequences=n, use_cache=True, pad_token_id=pad_id, eos_token_id=eos,
+                    logits_processor=LogitsProcessorList([recorder]),
+                )
+                completion = out[:, p_ids.size(1):]
+                logprobs = recorder.finish(completion[:, -1]) if completion.size(1) else completion.float()
+                chunks.append((p_ids.repeat_interleave(n, 0), p_mask.repeat_interleave(n, 0), completion.cpu(),
+                               logprobs.cpu()))
     finally:
         model.train(was_training)
     P = max(c[0].size(1) for c in chunks)

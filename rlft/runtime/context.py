@@ -24,7 +24,8 @@ from rlft.runtime.ranks import check_ranks_in_sync
 from rlft.runtime.resume import Resume
 from rlft.runtime.run_summary import write_run_summary
 from rlft.runtime.saved_state import rlft_state
-from rlft.runtime.sharding import check_sharded, distributed_block, set_up_sharding
+from rlft.models.sharded import mark_sharded
+from rlft.runtime.sharding import check_sharded, distributed_block, set_up_sharding, settle_root
 from rlft.runtime.sharding import describe as describe_sharding
 
 
@@ -173,14 +174,16 @@ class RunContext:
                 InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *changes]
 
     def sharding_ready(self, model) -> None:
-        """The model as the trainer will train it (after accelerate's prepare): its layout, checked and said."""
-        if self.distributed is not None:  # a stage of rounds trains several trainers
-            return
+        """The model as the trainer will train it (after accelerate's prepare): its layout, checked, and said once
+        (a stage of rounds prepares a trainer per round)."""
         block = distributed_block(self.cfg, self.trainer.accelerator, model)
         check_sharded(self.cfg, block)
-        self.distributed = block
-        if self.rank == 0 and block["world_size"] > 1:
+        if block["strategy"] == "fsdp":
+            settle_root(model)
+            mark_sharded(model)
+        if self.distributed is None and self.rank == 0 and block["world_size"] > 1:
             print(f"rlft: {describe_sharding(block)}", file=sys.stderr)
+        self.distributed = block
 
     def step_begins(self) -> None:
         """This process's first training step begins: the resume now changes the run's logs."""

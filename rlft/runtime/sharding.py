@@ -90,7 +90,7 @@ def distributed_block(cfg: RlftConfig, accelerator, model) -> dict:
     fsdp = accelerator.distributed_type.value == "FSDP"
     return {
         "strategy": "fsdp" if fsdp else ("ddp" if world > 1 else "none"),
-        "fsdp_version": getattr(getattr(accelerator.state, "fsdp_plugin", None), "fsdp_version", None) if fsdp else None,
+        "fsdp_version": accelerator.state.fsdp_plugin.fsdp_version if fsdp else None,
         "accelerate_type": accelerator.distributed_type.value,
         "world_size": world,
         "num_machines": cfg.hw.num_machines,
@@ -122,3 +122,32 @@ def describe(block: dict) -> str:
         return (f"DDP over {block['world_size']} processes on {block['num_machines']} machine(s): every rank holds "
                 f"all {block['params_full']:,} parameters")
     return "one process"
+
+
+def settle_root(model) -> None:
+    """One forward through the whole model right after sharding. FSDP2 picks its root at the first forward,
+    and a policy that generates first (its generate() bypasses the wrapper's forward) would make a leaf unit
+    the root ("FSDP requires a single root module")."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device))
+
+
+def is_fsdp(accelerator) -> bool:
+    return accelerator.distributed_type.value == "FSDP"
+
+
+def full_state_dict(model) -> dict:
+    """The whole model's weights on every rank (a collective: every rank calls it), gathered from the shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def unsharded_copy(sharded, fresh):
+    """`fresh` (the same architecture, unsharded, e.g. rebuilt from the config) holding `sharded`'s trained
+    weights: the policy a stage of rounds samples its next round with, without needing a shared filesystem."""
+    fresh.load_state_dict(full_state_dict(sharded))
+    return fresh

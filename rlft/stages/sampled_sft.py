@@ -275,6 +275,18 @@ class SampledSFT:
             return model
         return load_adapter(model, folder, trainable=True)
 
+    def _unsharded(self, sharded):
+        """An FSDP-trained round's policy as a plain model on every rank (rebuilt, weights gathered)."""
+        from peft import PeftModel, get_peft_model
+
+        from rlft.models.loading import load_policy, lora_config
+        from rlft.runtime.sharding import unsharded_copy
+
+        fresh = load_policy(self.cfg)
+        if self.cfg.lora.enabled and not isinstance(fresh, PeftModel):
+            fresh = get_peft_model(fresh, lora_config(self.cfg, fresh))
+        return unsharded_copy(sharded, fresh)
+
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
         """(exit code, the trained model, optimizer steps of the round)."""
         import importlib
@@ -283,6 +295,7 @@ class SampledSFT:
         from peft import PeftModel
 
         from rlft.models.loading import lora_config
+        from rlft.runtime.sharding import is_fsdp
 
         ctx = self.ctx
         module, _, name = self.trainer_cls_path.partition(":")
@@ -308,9 +321,13 @@ class SampledSFT:
         # the total is known only in the last round (each round's size follows from its samples)
         ctx.max_steps = step_offset + trainer.state.max_steps if r == self.rounds and trainer.state.max_steps else None
         model = trainer.accelerator.unwrap_model(trainer.model)
-        if code == 0 and r < self.rounds and trainer.args.should_save:
+        if code == 0 and r < self.rounds and is_fsdp(trainer.accelerator):
+            model = self._unsharded(model)  # the next round samples with whole weights and shards anew
+        if code == 0 and r < self.rounds:
             folder = self.adapter_dir(r)
-            trainer.save_model(str(folder))
+            trainer.save_model(str(folder))  # every rank: under FSDP the weights are gathered from all of them
+            if not trainer.args.should_save:
+                return code, model, trainer.state.global_step
             (folder / COMPLETE_MARKER).write_text("ok\n")
             for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
                 shutil.rmtree(ckpt, ignore_errors=True)

@@ -80,9 +80,9 @@ def checks(c: StageChecks) -> None:
     if g("ppo.value_model") == "separate":
         c.error("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
                 "(a value head on the policy's backbone)")
-    if g("hw.distributed_strategy") in ("fsdp", "deepspeed"):
-        c.error("hw.distributed_strategy", f"PPO runs single-process or under ddp; `{g('hw.distributed_strategy')}` is "
-                "not supported (generation and the value head on sharded weights are not built); use --hw ddp")
+    if g("hw.distributed_strategy") == "deepspeed":
+        c.error("hw.distributed_strategy", "PPO runs single-process, under ddp or under fsdp; `deepspeed` is not "
+                "supported (generation and the value head under ZeRO-3 are not built); use --hw fsdp")
     if is_number(g("ppo.init_kl_coef")) and g("ppo.init_kl_coef") > 0 and g("model.ref") in (None, "none", ""):
         c.error("ppo.init_kl_coef", "ppo.init_kl_coef > 0 needs a reference model: set model.ref to `base` (the model "
                 "without the adapter) or a checkpoint path")
