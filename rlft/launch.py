@@ -129,8 +129,6 @@ def accelerate_command(cfg: RlftConfig, argv: list[str]) -> list[str]:
 
 
 def launch(cfg: RlftConfig, argv: list[str]) -> int:
-    import subprocess
-
     cmd = accelerate_command(cfg, argv)
     env = {**os.environ, LAUNCHED_ENV: "1"}
     if cfg.hw.device == "cpu":
@@ -139,7 +137,32 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
             env[CPU_FSDP_ENV] = "1"
     print(f"rlft: launching {cfg.hw.num_processes * cfg.hw.num_machines} processes "
           f"({cfg.hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env=env)
+    return run_forwarding_signals(cmd, env)
+
+
+def run_forwarding_signals(cmd: list[str], env: dict) -> int:
+    """Run the launcher in a session of its own and pass it each SIGINT/SIGTERM this process gets, once: the
+    launcher sends it to every rank, each finishes its step and writes the checkpoint (a Ctrl-C or a scheduler's
+    SIGTERM to this process would otherwise kill the launcher mid-step, or reach the ranks twice)."""
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def forward(signum, frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # a handler that raised before ours was set
+                continue
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def replace_hw(argv: list[str], hw: str) -> list[str]:

@@ -27,7 +27,9 @@ def common_training_args(cfg: RlftConfig, output_dir: str) -> dict:
         optim=t.optim if cuda or t.optim != "adamw_torch_fused" else "adamw_torch",
         bf16=bool(t.bf16),
         fp16=bool(t.fp16),
-        dataloader_num_workers=t.dataloader_num_workers,
+        # multi-process: the launcher signals each rank's whole process group on Ctrl-C/SIGTERM, and a DataLoader
+        # worker dies on a SIGTERM its parent did not send, failing the rank instead of letting it checkpoint
+        dataloader_num_workers=0 if hw.num_processes * hw.num_machines > 1 else t.dataloader_num_workers,
         seed=t.seed,
         data_seed=t.seed,
         logging_steps=t.logging_steps,

@@ -28,12 +28,21 @@ def describe_final(folder: Path, cfg: RlftConfig, steps: int, run: RunDir) -> No
         (run.checkpoints / "README.md").write_text(card)
 
 
+def sharded_checkpoints(trainer) -> bool:
+    """FSDP with sharded checkpoints (full fine-tuning): save_model writes no weights, only the shards."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    return trainer.accelerator.distributed_type.value == "FSDP" and "SHARDED" in str(plugin.state_dict_type)
+
+
 def save_final(trainer, tokenizer, cfg: RlftConfig, run: RunDir) -> None:
     """A standard PEFT adapter (or full model) + tokenizer that plain `from_pretrained` loads."""
     tmp = run.root / "final.tmp"
     if trainer.args.should_save and tmp.exists():
         shutil.rmtree(tmp)  # left by a save that was killed half-way
-    trainer.save_model(str(tmp))
+    if sharded_checkpoints(trainer):  # each rank holds a shard: gather them (every rank), rank 0 writes the model
+        trainer._save(str(tmp), state_dict=trainer.accelerator.get_state_dict(trainer.model))
+    else:
+        trainer.save_model(str(tmp))
     if trainer.args.should_save:
         tokenizer.save_pretrained(str(tmp))
         describe_final(tmp, cfg, trainer.state.global_step, run)

@@ -75,6 +75,8 @@ MEMBERS: tuple[Member, ...] = (
     # --- transformers.Trainer (rlft/trainers/ppo.py, runtime/) ---------------------------------------
     Member(TRAINER, "_save_checkpoint", CALL, ("model", "trial"),
            "trainers/ppo.py, runtime/context.py: checkpoint now"),
+    Member(TRAINER, "_save", CALL, ("output_dir", "state_dict"),
+           used_in="rlft/runtime/final.py (FSDP full fine-tuning: the gathered weights written as a plain model)"),
     Member(TRAINER, "_load_from_checkpoint", OVERRIDE, ("resume_from_checkpoint", "model"),
            "trainers/ppo.py: adapter + value head"),
     Member(TRAINER, "_load_from_checkpoint", CALL, ("resume_from_checkpoint",),
