@@ -158,11 +158,15 @@ class HardwareConfig:
     machine_rank: int = F(0, "This machine's rank in a multi-node run.", ge=0)
     main_process_ip: Optional[str] = F(None, "Address of rank 0 for multi-node runs.")
     main_process_port: int = F(29500, "Port of rank 0.", ge=1, le=65535)
+    rendezvous_timeout_s: int = F(300, "Multi-process: seconds every process (on every machine) has to join the "
+                                       "run before rlft exits 3 instead of waiting for ever.", ge=5, le=86400)
     ddp_find_unused_parameters: bool = F(False, "DDP: look for unused parameters (slower; enable if LoRA + frozen "
                                                 "layers need it).")
     ddp_bucket_cap_mb: int = F(25, "DDP gradient bucket size in MB.", ge=1)
-    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP sharding.",
-                                    choices=["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"])
+    fsdp_sharding_strategy: str = F("FULL_SHARD", "FSDP2 sharding: FULL_SHARD frees each gathered layer after its "
+                                                  "forward (least memory), SHARD_GRAD_OP keeps it until the backward "
+                                                  "(one all-gather fewer per layer).",
+                                    choices=["FULL_SHARD", "SHARD_GRAD_OP"])
     fsdp_auto_wrap_policy: str = F("TRANSFORMER_BASED_WRAP", "FSDP wrapping policy.",
                                    choices=["TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"])
     fsdp_offload_params: bool = F(False, "FSDP: offload parameters to CPU.")
