@@ -5,6 +5,7 @@ are imported only inside the commands that train or inspect the environment, so 
 from __future__ import annotations
 
 import errno
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -636,7 +637,14 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if os.environ.get("RLFT_LAUNCHED"):  # a rank: its code for the launching process
+            from rlft.runtime.ranks import record_exit
+
+            record_exit(exc.code)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -109,6 +109,8 @@ def accelerate_command(cfg: RlftConfig, argv: list[str]) -> list[str]:
            "--dynamo_backend", "no"]
     if hw.main_process_ip:
         cmd += ["--main_process_ip", hw.main_process_ip]
+    if hw.num_machines > 1:  # torchrun's wait for the other machines, bounded as rlft's own wait is
+        cmd += ["--rdzv_conf", f"timeout={hw.rendezvous_timeout_s}"]
     if hw.distributed_strategy == "fsdp":
         # FSDP2 (accelerate's default is FSDP1); FULL_SHARD frees the gathered layer after its forward,
         # SHARD_GRAD_OP keeps it until the backward (FSDP2's reshard_after_forward=False)
@@ -129,23 +131,63 @@ def accelerate_command(cfg: RlftConfig, argv: list[str]) -> list[str]:
 
 
 def launch(cfg: RlftConfig, argv: list[str]) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from rlft.runtime.ranks import JOINED, LAUNCH_DIR_ENV, launched_exit_code
+
+    hw = cfg.hw
+    if hw.num_machines > 1:
+        problem = main_address_problem(hw.main_process_ip)
+        if problem:
+            print(f"rlft: {problem}", file=sys.stderr)
+            return 3
     cmd = accelerate_command(cfg, argv)
-    env = {**os.environ, LAUNCHED_ENV: "1"}
-    if cfg.hw.device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", "1")
-        if cfg.hw.distributed_strategy == "fsdp":  # rlft engages FSDP2 itself where accelerate would not
-            env[CPU_FSDP_ENV] = "1"
-    print(f"rlft: launching {cfg.hw.num_processes * cfg.hw.num_machines} processes "
-          f"({cfg.hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
-    return run_forwarding_signals(cmd, env)
+    with tempfile.TemporaryDirectory(prefix="rlft-launch-") as tmp:
+        env = {**os.environ, LAUNCHED_ENV: "1", LAUNCH_DIR_ENV: tmp}
+        if hw.device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+            if hw.distributed_strategy == "fsdp":  # rlft engages FSDP2 itself where accelerate would not
+                env[CPU_FSDP_ENV] = "1"
+        print(f"rlft: launching {hw.num_processes * hw.num_machines} processes "
+              f"({hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
+        code, joined = run_forwarding_signals(cmd, env, Path(tmp) / JOINED, hw.rendezvous_timeout_s)
+        code = launched_exit_code(tmp, code)
+    if not joined:
+        where = (f"{hw.main_process_ip}:{hw.main_process_port}" if hw.num_machines > 1
+                 else f"port {hw.main_process_port} on this machine")
+        print(f"rlft: the {hw.num_processes * hw.num_machines} processes did not all join the run within "
+              f"hw.rendezvous_timeout_s={hw.rendezvous_timeout_s} s (main address {where}). Start every machine with "
+              f"the same command and its own hw.machine_rank (0..{hw.num_machines - 1}), set hw.main_process_ip to "
+              f"machine 0's address as the others reach it, and open hw.main_process_port", file=sys.stderr)
+        return 3
+    return code
 
 
-def run_forwarding_signals(cmd: list[str], env: dict) -> int:
-    """Run the launcher in a session of its own and pass it each SIGINT/SIGTERM this process gets, once: the
-    launcher sends it to every rank, each finishes its step and writes the checkpoint (a Ctrl-C or a scheduler's
-    SIGTERM to this process would otherwise kill the launcher mid-step, or reach the ranks twice)."""
+def main_address_problem(ip: str | None) -> str | None:
+    """Multi-machine runs need machine 0's address, and it must resolve here (checked before anything starts)."""
+    import socket
+
+    if not ip:
+        return "hw.num_machines > 1 needs hw.main_process_ip: the address of machine 0 (hw.machine_rank=0)"
+    try:
+        socket.getaddrinfo(ip, None)
+    except OSError as exc:
+        return f"hw.main_process_ip={ip} does not resolve on this machine ({exc.strerror or exc})"
+    return None
+
+
+def run_forwarding_signals(cmd: list[str], env: dict, formed, timeout_s: float) -> tuple[int, bool]:
+    """Run the launcher in a session of its own; (its exit code, whether every process joined the run).
+
+    Each SIGINT/SIGTERM this process gets goes to the launcher once: it sends it to every rank, and each
+    finishes its step and writes the checkpoint (a Ctrl-C or a scheduler's SIGTERM to this process would
+    otherwise kill the launcher mid-step, or reach the ranks twice). The ranks touch `formed` once the
+    process group has formed; if that has not happened within `timeout_s` the launcher is stopped rather than
+    left waiting on a machine that never comes."""
     import signal
     import subprocess
+    import time
 
     child = subprocess.Popen(cmd, env=env, start_new_session=True)
 
@@ -154,15 +196,52 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> int:
             child.send_signal(signum)
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
     try:
         while True:
             try:
-                return child.wait()
-            except KeyboardInterrupt:  # a handler that raised before ours was set
-                continue
+                code = child.wait(timeout=0.5)
+                return code, formed.exists()
+            except subprocess.TimeoutExpired:
+                pass
+            if not formed.exists() and time.monotonic() - started > timeout_s:
+                _stop(child)
+                return 3, False
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _stop(child) -> None:
+    """The launcher and every rank it started (they share its session's process group)."""
+    import signal
+    import subprocess
+
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def forget_unstarted(run) -> None:
+    """A new run whose processes failed before writing anything: remove what this process created for it (its
+    marker, config.yaml, the empty checkpoints folder), so the corrected command runs again as it is."""
+    from rlft.folders import MARKER
+    from rlft.run import LOCK_NAME
+
+    made = {MARKER, "config.yaml", "checkpoints", LOCK_NAME}
+    names = {p.name for p in run.root.iterdir()}
+    if not names <= made or any(run.checkpoints.iterdir()):
+        return
+    for name in names - {"checkpoints", LOCK_NAME}:
+        (run.root / name).unlink()
+    run.checkpoints.rmdir()
 
 
 def replace_hw(argv: list[str], hw: str) -> list[str]:
@@ -190,7 +269,10 @@ def relaunch(cfg: RlftConfig, composed: Composed, opts, hw: str, argv: list[str]
     run = prepare_run_dir(cfg, composed, opts)  # holds the lock while the processes run
     argv = replace_hw([a for a in argv if a != "--overwrite"], hw) + [f"train.output_dir={run.root}"]
     try:
-        return launch(cfg, argv)
+        code = launch(cfg, argv)
+        if code != 0 and not opts.resume and run.replaced is None:
+            forget_unstarted(run)
+        return code
     finally:
         if run.replaced is not None:
             print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no checkpoint); "

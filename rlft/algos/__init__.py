@@ -21,7 +21,7 @@ _MODULES = {
     "policy_loss": ("POLICY_LOSSES", "PolicyLoss", "clipped_surrogate", "importance_sampling",
                     "register_policy_loss"),
     "ppo": ("clipped_value_loss", "entropy_from_logits", "explained_variance", "gae", "last_token_index",
-            "masked_var", "masked_whiten", "ppo_loss", "shape_rewards"),
+            "masked_moments", "masked_var", "masked_whiten", "moments_mean_var", "ppo_loss", "shape_rewards"),
     "registry": ("Registry",),
     "rejection": ("KEEP_RULES", "keep_mask"),
     "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "episodes_to_updates", "ppo_loop_schedule"),

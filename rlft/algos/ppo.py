@@ -30,10 +30,36 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     return var
 
 
-def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
-    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0."""
+def masked_moments(x: Tensor, mask: Tensor) -> Tensor:
+    """(3,) float64: the sum of ``x``, the sum of its squares and the count over mask > 0. Moments of several
+    batches (e.g. one per process) add up to the moments of their union: sum them, then `masked_whiten(...,
+    moments=total)` whitens each batch over all of them."""
+    m = mask.to(torch.float64)
+    x64 = torch.where(m > 0, x.to(torch.float64), torch.zeros_like(m))  # masked-out NaN/inf must not leak
+    return torch.stack([(x64 * m).sum(), (x64 * x64 * m).sum(), m.sum()])
+
+
+def moments_mean_var(moments: Tensor, unbiased: bool = True) -> tuple[Tensor, Tensor]:
+    """(mean, variance) from `masked_moments` (summed over batches): mean = s / n, var = (q - s * mean) / (n - 1)
+    (Bessel-corrected, as `masked_var`; the plain (q - s * mean) / n for one element or unbiased=False), in float64."""
+    s, q, n = moments.to(torch.float64).unbind()
+    mean = s / n.clamp_min(1e-8)
+    ss = (q - s * mean).clamp_min(0.0)  # sum of squared deviations; rounding may leave it a hair below 0
+    var = ss / (n - 1) if unbiased and n > 1 else ss / n.clamp_min(1e-8)
+    return mean, var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8,
+                  moments: Tensor | None = None) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0.
+
+    `moments`: the mean and variance from these `masked_moments` instead of from ``x`` itself, e.g. summed over
+    every process's batch so that each process whitens over the global batch (verl); None = over ``x`` alone."""
     m = mask.to(x.dtype)
-    mean, var = masked_mean(x, m), masked_var(x, m)
+    if moments is None:
+        mean, var = masked_mean(x, m), masked_var(x, m)
+    else:
+        mean, var = (v.to(x.dtype) for v in moments_mean_var(moments))
     out = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean

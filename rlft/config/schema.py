@@ -182,6 +182,26 @@ class HardwareConfig:
                                                 "on cuda.", gt=0, le=4096)
 
 
+# `slurm.time`: sbatch's forms, minutes / MM:SS / H:MM:SS / D-H / D-H:MM / D-H:MM:SS
+SLURM_TIME = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+
+
+@dataclass
+class SlurmConfig:
+    nodes: Optional[int] = F(None, "Nodes to allocate (`#SBATCH --nodes`), one task each; null = hw.num_machines, "
+                                   "which it must equal when set.", ge=1, le=4096)
+    gpus_per_node: Optional[int] = F(None, "GPUs per node (`#SBATCH --gpus-per-node`); null = hw.num_processes on "
+                                           "cuda, none on cpu/mps; 0 = no GPU line.", ge=0, le=1024)
+    partition: Optional[str] = F(None, "Partition (`#SBATCH --partition`); null = the cluster's default.")
+    time: str = F("04:00:00", "Wall-clock limit (`#SBATCH --time`): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                              "D-HH:MM:SS.")
+    job_name: Optional[str] = F(None, "Job name (`#SBATCH --job-name`); null = the run folder's name.")
+    cpus_per_task: Optional[int] = F(None, "CPUs of the one task on each node, shared by its processes "
+                                           "(`#SBATCH --cpus-per-task`); null = the cluster's default.", ge=1, le=4096)
+    extra: list[str] = F(help="Lines added to the script: `#SBATCH ...` lines after rlft's, any other line (`module "
+                              "load ...`, `source .venv/bin/activate`) before the launch.", factory=list)
+
+
 ACTIONS = ["warn", "stop", "rollback"]
 
 
@@ -230,6 +250,9 @@ def _config_class():
         ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed "
                                       "options.", factory=HardwareConfig)),
         ("monitor", MonitorConfig, F(help="Health rules and their actions.", factory=MonitorConfig)),
+        ("slurm", Optional[SlurmConfig], F(None, "SLURM batch script that `rlft train --dry-run` writes to "
+                                                 "<run folder>/launch.sbatch (null = none): one task per node, each "
+                                                 "running accelerate launch with its node's rank.")),
         ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the "
                              "trainer's config).", factory=dict)),
     ]
@@ -335,7 +358,7 @@ def defaults_dict(cls=RlftConfig) -> dict:
     out: dict = {}
     for name, (f, hint) in section_fields(cls).items():
         base, _, _ = _unwrap(hint)
-        if is_dataclass(base):
+        if is_dataclass(base) and f.default is MISSING:  # an optional section (`slurm`) defaults to null
             out[name] = defaults_dict(base)
         elif f.default is not MISSING:
             out[name] = f.default

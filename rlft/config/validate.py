@@ -7,6 +7,7 @@ import difflib
 import math
 import os
 import platform
+import re
 from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.init_from import resolve_init_from
 from rlft.config.lr import resolve_learning_rate
-from rlft.config.schema import FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs, section_fields
+from rlft.config.schema import (SLURM_TIME, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
+                                section_fields)
 from rlft.config.stages import SPECS as STAGE_SPECS
 from rlft.config.stages import STAGE_SECTIONS, stage_sections
 from rlft.config.stagespec import StageChecks
@@ -95,8 +97,10 @@ def _walk(composed: Composed, data: dict, cls, prefix: str, problems: list[Probl
                 hint = f"; did you mean `{guess}`?" if guess else ""
                 problems.append(Problem(path, where, f"unknown key{hint}"))
             continue
-        base, _, item = _unwrap(known[key][1])
+        base, optional, item = _unwrap(known[key][1])
         if is_dataclass(base):
+            if value is None and optional:  # an optional section left off (`slurm: null`)
+                continue
             if not isinstance(value, dict):
                 problems.append(Problem(path, where, f"`{key}` is a section; expected a mapping of keys, got "
                                                      f"`{value}`"))
@@ -212,7 +216,14 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":
         err("hw.num_processes", "more than one process needs hw.distributed_strategy ddp, fsdp or deepspeed")
     if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and not g("hw.main_process_ip"):
-        err("hw.main_process_ip", "multi-node runs (hw.num_machines > 1) need the address of rank 0")
+        if isinstance(d.get("slurm"), dict):
+            err("hw.main_process_ip", "not set: fine for the SLURM script, which passes its first node's address; "
+                "running each machine's command yourself needs the address of rank 0", "warning")
+        else:
+            err("hw.main_process_ip", "multi-node runs (hw.num_machines > 1) need the address of rank 0")
+    if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and strategy == "none":
+        err("hw.num_machines", "more than one machine needs hw.distributed_strategy ddp, fsdp or deepspeed (with none "
+                               "each machine would train a run of its own)")
     if isinstance(g("hw.machine_rank"), int) and isinstance(g("hw.num_machines"), int) \
             and g("hw.machine_rank") >= g("hw.num_machines"):
         err("hw.machine_rank", f"must be below hw.num_machines ({g('hw.num_machines')})")
@@ -247,6 +258,40 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
         # `rewards:` left empty in the user's own file is no profile being checked: an error there too
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function",
             "error" if c.set_by_user("rewards") else level)
+
+
+def _check_slurm(c: Composed, problems: list[Problem]) -> None:
+    """The `slurm:` section against the script it becomes: sbatch's time forms, one word where sbatch takes one, one
+    line per `extra` entry, and as many nodes as hw.num_machines (the script starts one task per machine)."""
+    section = c.data.get("slurm")
+    if not isinstance(section, dict):
+        return
+    g = lambda p: _get(c.data, p)  # noqa: E731
+    err = lambda key, msg: problems.append(Problem(key, c.layer_of(key), msg))  # noqa: E731
+    time = section.get("time")
+    if isinstance(time, str) and not re.fullmatch(SLURM_TIME, time.strip()):
+        err("slurm.time", f"`{time}` is not a SLURM time limit; expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+                          "D-HH:MM:SS (e.g. 04:00:00)")
+    for key in ("partition", "job_name"):
+        value = section.get(key)
+        if isinstance(value, str) and (not value.strip() or re.search(r"\s", value)):
+            err(f"slurm.{key}", f"`{value}` must be one word (no spaces or line breaks)")
+    extra = section.get("extra")
+    if isinstance(extra, list):
+        for i, line in enumerate(extra):
+            if isinstance(line, str) and ("\n" in line or "\r" in line):
+                problems.append(Problem(f"slurm.extra[{i}]", c.layer_of("slurm.extra"), "one line per entry: give "
+                                        "each line of the script as its own list item"))
+    nodes, machines = section.get("nodes"), g("hw.num_machines")
+    if isinstance(nodes, int) and isinstance(machines, int) and nodes != machines:
+        err("slurm.nodes", f"{nodes} nodes but hw.num_machines is {machines} ({c.layer_of('hw.num_machines')}): the "
+                           f"script starts one task per machine; set hw.num_machines={nodes}, or leave slurm.nodes "
+                           "out (it follows hw.num_machines)")
+    gpus, nproc = section.get("gpus_per_node"), g("hw.num_processes")
+    if g("hw.device") == "cuda" and isinstance(gpus, int) and 0 < gpus < (nproc if isinstance(nproc, int) else 0):
+        err("slurm.gpus_per_node", f"{gpus} GPUs per node but hw.num_processes is {nproc} "
+                                   f"({c.layer_of('hw.num_processes')}): one process per GPU; set "
+                                   f"slurm.gpus_per_node={nproc} or hw.num_processes={gpus}")
 
 
 def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
@@ -425,6 +470,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
         problems.append(Problem("stage", c.layer_of("stage"), f"`{c.data['stage']}` contradicts --stage {c.stage}"))
     c.data["stage"] = c.stage
     _cross_field(c, problems, for_train, check_files)  # guarded by type checks, so it is safe after type errors
+    _check_slurm(c, problems)
     _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):
         if check_files:

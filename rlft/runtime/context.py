@@ -20,7 +20,7 @@ from rlft.runtime.checkpoint_files import seal_checkpoint
 from rlft.runtime.final import save_final, save_final_again
 from rlft.runtime.interrupt import Interrupt
 from rlft.runtime.process import quiet_libraries, set_up_process, tracker_env
-from rlft.runtime.ranks import check_ranks_in_sync
+from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
 from rlft.runtime.resume import Resume
 from rlft.runtime.run_summary import write_run_summary
 from rlft.runtime.saved_state import rlft_state
@@ -53,6 +53,7 @@ class RunContext:
         self.planned = check_run_dir(self.cfg, self.opts)
         self.threads_note = set_up_process(self.cfg, self.rank)
         set_up_sharding(self.cfg)
+        check_same_run(self.cfg)
         return self
 
     def open_run(self) -> RunDir:
@@ -109,7 +110,8 @@ class RunContext:
         finally:
             self.console.close()
         if self.interrupt.signal is not None:
-            return outcome.interrupted(trainer.state.global_step, trainer.args.output_dir, self.resume_command)
+            return outcome.interrupted(trainer.state.global_step, trainer.args.output_dir, self.resume_command,
+                                       say=self.rank == 0)
         check_ranks_in_sync(trainer, self.run)
         if final:
             save_final(trainer, tokenizer, self.cfg, self.run)

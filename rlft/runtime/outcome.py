@@ -24,10 +24,11 @@ def stopped(exc: Exception, resume_command: str) -> int:
     return STOPPED
 
 
-def interrupted(step: int, output_dir: str, resume_command: str) -> int:
-    """The first Ctrl-C or SIGTERM: the step finished and was checkpointed."""
-    print(f"rlft: interrupted at step {step}; checkpoint written to {output_dir}. "
-          f"Resume with: {resume_command}", file=sys.stderr)
+def interrupted(step: int, output_dir: str, resume_command: str, *, say: bool = True) -> int:
+    """The first Ctrl-C or SIGTERM: the step finished and was checkpointed (`say`: this rank tells the user)."""
+    if say:
+        print(f"rlft: interrupted at step {step}; checkpoint written to {output_dir}. "
+              f"Resume with: {resume_command}", file=sys.stderr)
     return INTERRUPTED
 
 

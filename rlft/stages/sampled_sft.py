@@ -18,6 +18,9 @@ checkpoints/round-<r>/ and leaves its adapter in checkpoints/round-<r>/adapter/ 
 
 summary.json's eval.start / eval.end: mean total reward of fresh samples on the evaluation prompts
 (data.eval_prompts of data.eval, or of data.train) from the starting and the final policy, same seed.
+
+Multi-process (ddp, fsdp): each round's generate calls, and the evaluation's, are shared out over the ranks and
+their rows gathered to every rank (rlft.rollout.split), so the samples and eval numbers are a single process's.
 """
 
 from __future__ import annotations
@@ -170,6 +173,8 @@ class SampledSFT:
                 if code:
                     return code
                 decided, metrics = self.decide(rows, self.section, r)
+                # the most prompts one process sampled: all of them in one process, a share of them in several
+                metrics["sampling/prompts_per_rank"] = max(self.prompts_by_rank)
                 if ctx.rank == 0:
                     self.log.decide(r, decided)
                     self._log_completions(r, decided, steps)
@@ -190,54 +195,97 @@ class SampledSFT:
     def _round_line(self, r: int, m: dict) -> str:
         keys = [k for k in ("sampled_reward_mean", "kept_count", "kept_fraction", "weight_mean", "ess", "frac_clipped")
                 if m.get(k) is not None]
-        return f"round {r}/{self.rounds}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys)
+        line = f"round {r}/{self.rounds}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys)
+        by_rank = getattr(self, "prompts_by_rank", [])
+        if len(by_rank) > 1 and m.get("sampling/prompts_per_rank") is not None:
+            line += f"; prompts sampled per process {'/'.join(map(str, by_rank))}"
+        return line
 
     # -- sampling --------------------------------------------------------------------------------
     def _params(self, seed: int | None):
         from rlft.rollout import SamplingParams
 
         s = self.section
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens, seed=seed)
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens,
+                              batch_size=s.generation_batch_size, seed=seed)  # whole prompts per generate call
 
     def _sample_round(self, r: int, model, prompts: list, columns: dict) -> tuple[int, list[dict]]:
         """Sample and score the round's prompts not yet in samples.jsonl: (0, the round's rows), or (the exit
-        code of an interrupt, []). The rows come from memory, not from the file only rank 0 writes, so every
-        process decides on the same rows (the seeds make them the same whichever process drew them)."""
-        from rlft.rollout import sample, score
+        code of an interrupt, []).
 
-        done = self.log.start_round(r) if self.ctx.rank == 0 else self.log.prompts_done(r)
+        The prompts go `generation_batch_size` completions (whole prompts) per generate call, each call seeded
+        from (train.seed, round, its first prompt). In a multi-process run the calls are shared out over the ranks
+        (call k on rank k % world, rlft.rollout.split) and each call's rows, scored on the rank that drew them, are
+        gathered to every rank after each wave of `world` calls: every process decides on the same rows in the
+        same order, the rows a single process would have drawn. Rank 0 appends them to samples.jsonl wave by wave;
+        the failure guard counts each call's scores in that order on every rank, and an interrupt on any rank
+        stops every rank after the wave."""
+        from rlft.rollout import RewardLog
+        from rlft.rollout.split import gather, is_sharded, rank_calls
+
+        ctx = self.ctx
+        done = self.log.start_round(r) if ctx.rank == 0 else self.log.prompts_done(r)
         round_rows = [x for x in self.log.round_rows(r) if x["prompt_id"] < done]
         if done:
             self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
         per_call = max(1, self.section.generation_batch_size // self.n)
         seed0 = self.cfg.train.seed + 1_000_003 * r
-        for start in range(done, len(prompts), per_call):
-            idx = list(range(start, min(start + per_call, len(prompts))))
-            rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
-                              prompt_ids=idx)
-            scores = score(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()})
-            logs = self.suite.pop_logs()
-            if self.ctx.rank == 0 and self.cfg.monitor.reward_logs:
-                from rlft.rollout import RewardLog
-
-                RewardLog(self.ctx.run.root / "reward_logs.jsonl").write(getattr(self, "_step", 0),
-                                                                         [{**x, "round": r} for x in logs])
-            rows = []
-            for b in range(len(rollouts)):
-                p = rollouts.prompt_index[b]
-                rows.append({"round": r, "prompt_id": idx[p], "sample": b % self.n, "prompt": prompts[idx[p]],
-                             "completion": rollouts.completions[b],
-                             "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
-                             "finished": rollouts.finished[b] if rollouts.finished else None})
-            round_rows += rows
-            if self.ctx.rank == 0:
-                self.log.append(rows)
-            sig = self.ctx.interrupt.signal
-            if sig is not None:
-                self._say(f"interrupted while sampling round {r} after prompt {idx[-1] + 1} of {len(prompts)}; "
-                          f"samples so far are in {self.log.path}. Resume with: {self.ctx.resume_command}")
+        starts = list(range(done, len(prompts), per_call))
+        rank, world = self._ranks()
+        self.prompts_by_rank = [0] * world
+        reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
+            if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
+        for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):
+            part = self._sample_call(r, model, prompts, columns, starts[k], per_call, seed0, score=keep)
+            if not keep:  # a repeated call (sharded model): it only keeps the ranks' generate calls in step
+                part = None
+            wave = gather({"part": part, "signal": ctx.interrupt.signal is not None}, world)
+            for j, got in enumerate(wave):
+                if got["part"] is None:
+                    continue
+                rows, unscored, logs = got["part"]
+                self.suite.record(len(rows), unscored)  # may stop the run: every rank counts the same calls
+                if reward_log is not None:
+                    reward_log.write(getattr(self, "_step", 0), [{**x, "round": r} for x in logs])
+                round_rows += rows
+                self.prompts_by_rank[j] += len(rows) // self.n
+                if ctx.rank == 0:
+                    self.log.append(rows)
+            if any(got["signal"] for got in wave):
+                last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
+                self._say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
+                          f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
                 return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
         return 0, round_rows
+
+    def _ranks(self) -> tuple[int, int]:
+        """(rank, world size) the round's sampling is split over."""
+        from rlft.rollout.split import process_group
+
+        return process_group() if self.ctx.num_processes > 1 else (0, 1)
+
+    def _sample_call(self, r: int, model, prompts: list, columns: dict, start: int, per_call: int, seed0: int,
+                     score: bool = True):
+        """One generate call over prompts start... and their scores: (rows, unscored count, what the rewards
+        printed); None when `score` is False (drawn only to keep sharded ranks in step)."""
+        from rlft.rollout import sample
+        from rlft.rollout import score as score_rollouts
+
+        idx = list(range(start, min(start + per_call, len(prompts))))
+        rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
+                          prompt_ids=idx)
+        if not score:
+            return None
+        scores = score_rollouts(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()},
+                                count=False)  # counted once the call's rows reach every rank
+        rows = []
+        for b in range(len(rollouts)):
+            p = rollouts.prompt_index[b]
+            rows.append({"round": r, "prompt_id": idx[p], "sample": b % self.n, "prompt": prompts[idx[p]],
+                         "completion": rollouts.completions[b],
+                         "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
+                         "finished": rollouts.finished[b] if rollouts.finished else None})
+        return rows, sum(t is None for t in scores.total), self.suite.pop_logs()
 
     def _log_completions(self, r: int, decided: list[dict], step: int) -> None:
         from rlft.data.messages import as_text
@@ -255,7 +303,8 @@ class SampledSFT:
             weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
 
     def _evaluate(self, model, prompts: list, columns: dict) -> dict:
-        """Mean total reward of fresh samples (not counted toward the reward-failure guard)."""
+        """Mean total reward of fresh samples (not counted toward the reward-failure guard), `generation_batch_size`
+        completions per generate call as in the rounds; every rank calls it (each samples a share of the prompts)."""
         from rlft.rollout import EVAL_SEED_OFFSET, evaluate
 
         return evaluate(model, self.tokenizer, self.suite, prompts, columns, self.n,

@@ -169,6 +169,9 @@ class RlftGRPOTrainer(GRPOTrainer):
                 self.beta = self.kl_ctl.value
         if starts and self.reloader is not None:
             self._reload_rewards()
+        if mode == "train":  # TRL's sampler hands each process whole groups where the layout allows it
+            check_whole_groups([ex.get("prompt_id", as_text(ex.get("prompt"))) for ex in inputs], g.group_size,
+                               self.accelerator.process_index)
         out = self._trl_generate_and_score(inputs)
         if mode != "train":
             return out
@@ -334,6 +337,26 @@ class RlftGRPOTrainer(GRPOTrainer):
         texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
                  for i in range(ids_BT.size(0))]
         return gather_object(texts) if self.accelerator.num_processes > 1 else texts
+
+
+def check_whole_groups(prompt_keys: list, group_size: int, rank: int = 0) -> None:
+    """A process's generation batch (one key per row: its prompt id) must hold whole groups: each run of
+    `group_size` rows one prompt's completions. TRL's RepeatSampler puts a prompt's `group_size` rows next to
+    each other and each process takes a contiguous share of the batch, so the shares are whole groups whenever
+    their size is a multiple of the group size, i.e. grpo.batch_size is divisible by the processes (otherwise a
+    group spans two processes by construction; advantages are still computed over the gathered batch). Raises
+    RuntimeError when a share of whole-group size holds a split group (the group shuffle and the per-process
+    slices of the group advantages rely on it)."""
+    n = len(prompt_keys)
+    if n % group_size:
+        return  # the layout splits groups over processes: nothing to hold whole here
+    for start in range(0, n, group_size):
+        block = prompt_keys[start:start + group_size]
+        if any(k != block[0] for k in block):
+            raise RuntimeError(f"GRPO: process {rank} got a generation batch whose rows {start}.."
+                               f"{start + group_size - 1} are not one prompt's group of {group_size} (prompt ids "
+                               f"{block}): groups were split across processes or reordered, so group advantages "
+                               "would mix prompts")
 
 
 def _shuffle_groups(batch: dict, group_size: int) -> dict:

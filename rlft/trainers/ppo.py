@@ -9,8 +9,9 @@ the adaptive KL controller); this module only moves tensors between the model an
 
 One update: sample `batch_size` episodes -> one no-grad pass of policy+value (rollout log-probs and
 values) and one of the reference (adapter disabled) -> rewards on the last token, -kl_coef * kl_t
-on every token -> GAE -> whitened advantages -> `ppo_epochs` passes over shuffled minibatches of
-`mini_batch_size` episodes, an optimizer step every `gradient_accumulation_steps` minibatches.
+on every token -> GAE -> advantages whitened over the update's whole batch (all processes) -> `ppo_epochs`
+passes over shuffled minibatches of `mini_batch_size` episodes, an optimizer step every
+`gradient_accumulation_steps` minibatches.
 A `step` in metrics.jsonl and checkpoints is one update.
 
 With an environment (`env.name`) an episode is multi-turn (`rlft.rollout.episodes`): the env's step
@@ -345,8 +346,10 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = batch.env_rewards_BT - self.kl_ctl.value * kl_BT * mask
         else:
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
+        # several processes: whitened over the global batch (the moments summed over them), as verl whitens
+        whole_batch = {"sum_over_processes": self._sum_over_processes} if self.accelerator.num_processes > 1 else {}
         adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(self.advantage_estimator)(
-            rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam)
+            rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam, **whole_batch)
         if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
             adv_BT = adv_BT * weights_BT
         batch.rows, batch.logp_old_BT, batch.values_old_BT = rows, logp_old, values_old * mask
@@ -478,6 +481,10 @@ class RlftPPOTrainer(Trainer):
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
+
+    def _sum_over_processes(self, t: Tensor) -> Tensor:
+        """`t` summed over the processes (every rank takes part): the global batch's whitening moments."""
+        return self.accelerator.reduce(t, reduction="sum")
 
     def _mean(self, x) -> float:
         """Mean over processes of a scalar."""

@@ -135,9 +135,10 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         code = ctx.train(trainer, tokenizer)
         if evaluation is not None and code == 0:
             ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model))
-            print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
-                  f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh "
-                  "samples)", file=sys.stderr)
+            if ctx.rank == 0:
+                print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
+                      f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh "
+                      "samples)", file=sys.stderr)
         return code
 
 
