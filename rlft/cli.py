@@ -282,8 +282,14 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
                                                    help="With --resume: continue with a changed config (changed keys "
                                                         "are listed; shape-changing keys are still refused)."),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings."),
-          smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP)) -> None:
+          smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP),
+          dry_run: bool = typer.Option(False, "--dry-run", help="Print the command(s) this would start for the "
+                                       "resolved config and hardware (one `accelerate launch` line per machine) and "
+                                       "exit, importing no torch; with a `slurm:` section, write "
+                                       "<run folder>/launch.sbatch.")) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
+    if dry_run:
+        _dry_run_train(stage, hw, config, overrides, resume=resume, overwrite=overwrite, smoke=smoke)
     from rlft.monitor.streams import protect_std_streams
 
     protect_std_streams()  # `rlft train ... | head`: a closed pipe must not stop training
@@ -323,6 +329,29 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         check_writable(Path(cfg.train.output_dir or "runs"))  # before minutes of loading, not after
         code = relaunch(cfg, composed, opts, hw, sys.argv[1:]) if needs_launch(cfg) else runner(cfg, composed, opts)
     raise typer.Exit(code or 0)
+
+
+def _dry_run_train(stage: str, hw: str, config: Optional[List[Path]], overrides: Optional[List[str]], *, resume: bool,
+                   overwrite: bool, smoke: bool) -> None:
+    """`train --dry-run`: the config resolved and checked as `train` does it (exit 2 on an error), then the launch
+    commands printed (and the SLURM script written), without torch: `--hw auto` is guessed as validate-config does."""
+    if smoke:
+        _err("error: --dry-run does not go with --smoke: a smoke run is one CPU process that rlft starts itself")
+        raise typer.Exit(2)
+    hw = _auto_hw(hw)
+    cfg, _ = _load(stage, hw, config, overrides, for_train=True)
+    from rlft.config.stages import get_spec
+    from rlft.dry_run import dry_run
+    from rlft.run import RunOptions
+
+    with _exits(read_only=True):
+        if get_spec(stage).runner is None:  # `train` refuses a stage that is not built yet (imports no runner)
+            from rlft.stages import get_runner
+
+            get_runner(stage)
+        plan = dry_run(cfg, RunOptions(resume=resume, overwrite=overwrite, argv=sys.argv[1:]), hw, sys.argv[1:])
+    typer.echo(plan.text, nl=False)
+    raise typer.Exit(0)
 
 
 def _no_flags_with_smoke(**flags: bool) -> None:

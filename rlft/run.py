@@ -398,6 +398,7 @@ def prepare_run_dir(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> Ru
 # how often to save and log
 RESUME_FREE = ("train.output_dir", "train.max_steps", "train.save_steps", "train.save_total_limit",
                "train.logging_steps")
+RESUME_FREE_SECTIONS = ("slurm",)  # how the job is scheduled, not what it trains
 
 
 def saved_config(root: Path) -> dict | None:
@@ -420,7 +421,8 @@ def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object
     other_sections = {get_spec(s).section for s in STAGES} - {get_spec(cfg.stage).section}
     out = []
     for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0] == "rewards", k)):
-        if key in RESUME_FREE or key.split(".", 1)[0] in other_sections or key not in b:
+        section = key.split(".", 1)[0]
+        if key in RESUME_FREE or section in other_sections or section in RESUME_FREE_SECTIONS or key not in b:
             continue
         if key not in a and _plain(b[key]) == _plain(_schema_default(key)):
             continue  # a setting newer than the saved config, at its default

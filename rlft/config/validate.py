@@ -64,7 +64,9 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
         dict: isinstance(value, dict),
     }.get(tp, True)
     if not ok:
-        return f"expected {spec.allowed()}, got {type(value).__name__} `{value}`"
+        quote = ("; quote it to keep it as written (YAML reads unquoted digits, and H:MM:SS as seconds, as numbers)"
+                 if tp is str and _is_number(value) else "")
+        return f"expected {spec.allowed()}, got {type(value).__name__} `{value}`{quote}"
     if tp is list and spec.item_type is str and not all(isinstance(v, str) for v in value):
         return "expected a list of strings"
     if spec.choices and value not in spec.choices:
