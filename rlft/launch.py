@@ -143,6 +143,11 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
             print(f"rlft: {problem}", file=sys.stderr)
             return 3
     cmd = accelerate_command(cfg, argv)
+    if hw.num_machines == 1 and not port_is_free(hw.main_process_port):  # another run on this machine holds it
+        port = free_port()
+        cmd[cmd.index("--main_process_port") + 1] = str(port)
+        print(f"rlft: hw.main_process_port {hw.main_process_port} is in use on this machine; using {port}",
+              file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="rlft-launch-") as tmp:
         env = {**os.environ, LAUNCHED_ENV: "1", LAUNCH_DIR_ENV: tmp}
         if hw.device == "cpu":
@@ -162,6 +167,25 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
               f"machine 0's address as the others reach it, and open hw.main_process_port", file=sys.stderr)
         return 3
     return code
+
+
+def port_is_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
 
 
 def main_address_problem(ip: str | None) -> str | None:

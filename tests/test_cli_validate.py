@@ -70,10 +70,6 @@ def write(name: str, text: str) -> str:
 @pytest.mark.parametrize("hw", HARDWARE)
 @pytest.mark.parametrize("stage", STAGES)
 def test_bundled_profiles_validate(stage, hw):
-    if (stage, hw) == ("ppo", "fsdp"):  # refused with a reason: PPO runs single-process or under ddp
-        key, _, msg = one_error("--stage", stage, "--hw", hw)
-        assert key == "hw.distributed_strategy" and "--hw ddp" in msg
-        return
     result = cli("validate-config", "--stage", stage, "--hw", hw)
     assert result.exit_code == 0, result.output
     assert problems(result) == []

@@ -11,16 +11,15 @@ EXPECTED = {  # profile -> (bf16, fp16, tf32, use_cpu, optim, checkpointing, mic
     "mps": (False, True, None, False, "adamw_torch", True, 1, 16, 2),
     "rtx4090": (True, False, True, False, "adamw_torch_fused", True, 4, 4, 4),
     "a100": (True, False, True, False, "adamw_torch_fused", False, 8, 2, 8),
-    "ddp": (True, False, True, False, "adamw_torch_fused", True, 4, 1, 4),
-    "fsdp": (True, False, True, False, "adamw_torch", True, 4, 1, 4),
+    # multi-process: no DataLoader workers whatever the profile says (they die on the launcher's SIGTERM)
+    "ddp": (True, False, True, False, "adamw_torch_fused", True, 4, 1, 0),
+    "fsdp": (True, False, True, False, "adamw_torch", True, 4, 1, 0),
 }
 
 
 @pytest.mark.parametrize("stage", STAGES)
 @pytest.mark.parametrize("hw", HARDWARE)
 def test_profile_maps_to_trainer_args(stage, hw):
-    if (stage, hw) == ("ppo", "fsdp"):
-        pytest.skip("validate-config refuses PPO under FSDP (tests/test_ppo_config.py)")
     cfg, _, _ = load_config(stage, hw)
     args = common_training_args(cfg, "out")
     bf16, fp16, tf32, cpu, optim, ckpt, micro, accum, workers = EXPECTED[hw]
@@ -70,4 +69,13 @@ def test_accelerate_command_for_ddp_and_fsdp():
     assert cmd[-4:] == ["rlft.cli", "train", "--stage", "grpo"]
     cfg, _, _ = load_config("grpo", "fsdp")
     cmd = accelerate_command(cfg, ["train"])
-    assert "--use_fsdp" in cmd and "FULL_SHARD" in cmd
+    joined = " ".join(cmd)
+    assert "--use_fsdp" in cmd and "--fsdp_version 2" in joined and "--fsdp_reshard_after_forward true" in joined
+    assert "--fsdp_state_dict_type FULL_STATE_DICT" in joined  # LoRA: rank 0 writes whole checkpoints
+    assert "--multi_gpu" not in cmd and "--rdzv_conf" not in cmd  # one machine: no rendezvous to bound
+    cfg, _, _ = load_config("grpo", "fsdp", [], ["lora.enabled=false", "hw.fsdp_sharding_strategy=SHARD_GRAD_OP",
+                                                 "hw.num_machines=2", "hw.main_process_ip=10.0.0.1",
+                                                 "hw.rendezvous_timeout_s=42"])
+    joined = " ".join(accelerate_command(cfg, ["train"]))
+    assert "--fsdp_state_dict_type SHARDED_STATE_DICT" in joined and "--fsdp_reshard_after_forward false" in joined
+    assert "--rdzv_conf timeout=42" in joined

@@ -25,9 +25,10 @@ def test_bad_ppo_input_exits_2(override, key, words):
     assert "Traceback" not in res.output
 
 
-def test_fsdp_refused_with_reason():
-    res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "fsdp"])
-    assert res.exit_code == 2 and "error: hw.distributed_strategy" in res.stderr and "ddp" in res.stderr
+def test_deepspeed_refused_with_reason():
+    res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp",
+                                   "hw.distributed_strategy=deepspeed"])
+    assert res.exit_code == 2 and "error: hw.distributed_strategy" in res.stderr and "--hw fsdp" in res.stderr
 
 
 def test_profile_validates_and_target_kl_states_its_unit():
