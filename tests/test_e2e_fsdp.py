@@ -137,3 +137,55 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tmp_path):
     assert _losses(out) == _losses(whole)
     assert _max_diff(_safetensors(out / "final" / "adapter_model.safetensors"),
                      _safetensors(whole / "final" / "adapter_model.safetensors")) == 0.0
+
+
+# --- two "machines" on one host (127.0.0.1), one CPU process each -----------------------------------------
+def _machines(base, port, extra_of=lambda rank: (), timeout_s=120, ranks=(0, 1)):
+    """`rlft train` once per machine rank, each in its own working folder (as on two hosts), run together."""
+    example, short = STAGES["grpo"]
+    procs = {}
+    for rank in ranks:
+        cwd = base / f"machine{rank}"
+        cwd.mkdir(parents=True)
+        args = ["train", "--stage", "grpo", "--hw", "ddp", "-c", str(ROOT / example), "hw.device=cpu",
+                "hw.num_processes=1", "hw.num_machines=2", f"hw.machine_rank={rank}", "hw.main_process_ip=127.0.0.1",
+                f"hw.main_process_port={port}", f"hw.rendezvous_timeout_s={timeout_s}", "train.bf16=false",
+                "train.tf32=null", *short, "train.output_dir=run", *extra_of(rank)]
+        procs[rank] = subprocess.Popen([*cli_command(), *args], cwd=cwd, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True,
+                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return {rank: (p.wait(timeout=600), p.communicate()[1]) for rank, p in procs.items()}
+
+
+def _port():
+    from rlft.launch import free_port
+
+    return free_port()
+
+
+def test_two_machines_on_loopback_train_one_run(tmp_path):
+    """Machine 0 holds the run folder; machine 1 writes only its own RNG state. The metrics equal DDP x 2 on one
+    machine (the same 2 ranks, the same seeds)."""
+    ends = _machines(tmp_path, _port())
+    assert all(code == 0 for code, _ in ends.values()), ends[0][1][-3000:] + ends[1][1][-3000:]
+    run0, run1 = tmp_path / "machine0" / "run", tmp_path / "machine1" / "run"
+    d = json.loads((run0 / "summary.json").read_text())["distributed"]
+    assert (d["strategy"], d["world_size"], d["num_machines"]) == ("ddp", 2, 2)
+    assert not (run1 / "metrics.jsonl").exists() and not (run1 / "final").exists()
+    one_host = tmp_path / "ddp"
+    _train(one_host, "grpo", "ddp")
+    assert _losses(run0) == _losses(one_host)
+
+
+def test_machines_that_differ_or_never_come_stop_with_exit_3(tmp_path):
+    """A machine started with another config: both stop with exit 3, naming it. A machine that never comes: the
+    other stops after hw.rendezvous_timeout_s with exit 3 (not a hang), and leaves no half-made run folder."""
+    ends = _machines(tmp_path / "differ", _port(), lambda rank: ("train.learning_rate=0.5",) if rank else ())
+    for code, err in ends.values():
+        assert code == 3, err[-3000:]
+        assert "rank 1 (machine 1" in err and "changing only hw.machine_rank" in err
+    started = time.monotonic()
+    ((code, err),) = _machines(tmp_path / "alone", _port(), timeout_s=8, ranks=(0,)).values()
+    assert code == 3 and "did not all join the run within hw.rendezvous_timeout_s=8 s" in err, err[-3000:]
+    assert time.monotonic() - started < 90
+    assert not any((tmp_path / "alone" / "machine0" / "run").iterdir())
