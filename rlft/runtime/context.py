@@ -25,7 +25,7 @@ from rlft.runtime.resume import Resume
 from rlft.runtime.run_summary import write_run_summary
 from rlft.runtime.saved_state import rlft_state
 from rlft.models.sharded import mark_sharded
-from rlft.runtime.sharding import check_sharded, distributed_block, set_up_sharding, settle_root
+from rlft.runtime.sharding import check_sharded, distributed_block, memory_numbers, set_up_sharding, settle_root
 from rlft.runtime.sharding import describe as describe_sharding
 
 
@@ -113,6 +113,8 @@ class RunContext:
             return outcome.interrupted(trainer.state.global_step, trainer.args.output_dir, self.resume_command,
                                        say=self.rank == 0)
         check_ranks_in_sync(trainer, self.run)
+        if self.distributed is not None:  # every rank: the figures are gathered
+            self.distributed.update(memory_numbers(trainer.accelerator, trainer.model, trainer.optimizer))
         if final:
             save_final(trainer, tokenizer, self.cfg, self.run)
         return 0

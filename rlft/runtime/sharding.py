@@ -101,6 +101,27 @@ def distributed_block(cfg: RlftConfig, accelerator, model) -> dict:
     }
 
 
+def memory_numbers(accelerator, model, optimizer) -> dict:
+    """At the end of training, the largest per-rank figures: bytes of parameters and of optimizer state this rank
+    holds (its shards under FSDP), and its peak resident memory (the OS's count: weights, activations, buffers)."""
+    import resource
+
+    import torch
+
+    params = sum(local_numel(p) * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    state = 0
+    for per_param in (optimizer.state.values() if optimizer is not None else ()):
+        for value in per_param.values():
+            if torch.is_tensor(value):
+                state += local_numel(value) * value.element_size()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    mine = torch.tensor([params, state, peak], dtype=torch.float64, device=accelerator.device)
+    every = accelerator.gather(mine.reshape(1, 3)).reshape(-1, 3) if accelerator.num_processes > 1 else mine[None]
+    top = every.max(dim=0).values.tolist()
+    return {"param_bytes_local_max": int(top[0]), "optimizer_state_bytes_local_max": int(top[1]),
+            "peak_rss_bytes_max": int(top[2])}
+
+
 def check_sharded(cfg: RlftConfig, block: dict) -> None:
     """FSDP asked for and not engaged on every rank: refuse (the caller exits 3) rather than train unsharded."""
     if cfg.hw.distributed_strategy != "fsdp":
