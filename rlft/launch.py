@@ -290,6 +290,8 @@ def relaunch(cfg: RlftConfig, composed: Composed, opts, hw: str, argv: list[str]
     here, before they start, and pinned in their arguments (--overwrite is done once, here)."""
     from rlft.run import prepare_run_dir
 
+    if cfg.hw.machine_rank > 0:  # machine 0 owns the run folder (on a shared filesystem it is this one too)
+        return launch(cfg, replace_hw([a for a in argv if a != "--overwrite"], hw))
     run = prepare_run_dir(cfg, composed, opts)  # holds the lock while the processes run
     argv = replace_hw([a for a in argv if a != "--overwrite"], hw) + [f"train.output_dir={run.root}"]
     try:

@@ -209,6 +209,7 @@ def test_dry_run_matches_what_the_launcher_starts(monkeypatch, tmp_path):
         terminate = kill = lambda self: None
 
     monkeypatch.setattr(subprocess, "Popen", FakeProcess)
+    monkeypatch.setattr(rlft.launch, "port_is_free", lambda port: True)  # another run may hold it on this machine
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     for hw in ("ddp", "fsdp"):
         composed = compose("grpo", hw, [ROOT / "configs/examples/grpo_demo.yaml"], ["hw.device=cpu",

@@ -223,6 +223,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
                 "running each machine's command yourself needs the address of rank 0", "warning")
         else:
             err("hw.main_process_ip", "multi-node runs (hw.num_machines > 1) need the address of rank 0")
+    if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and not g("train.output_dir"):
+        err("train.output_dir", "not set: each machine would name its own runs/<stage>-<time>; set the same path on "
+            "every machine (machine 0 writes the run there; with full fine-tuning every machine writes its checkpoint "
+            "shards there, so it must be on a shared filesystem)", "warning")
     if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and strategy == "none":
         err("hw.num_machines", "more than one machine needs hw.distributed_strategy ddp, fsdp or deepspeed (with none "
                                "each machine would train a run of its own)")
