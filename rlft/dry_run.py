@@ -167,25 +167,16 @@ def sbatch_script(cfg: RlftConfig, args: list[str], root: Path, cwd: Path) -> st
     lines.append(f"#SBATCH --time={s.time.strip()}")
     lines += [f"#SBATCH --cpus-per-task={s.cpus_per_task}"] if s.cpus_per_task else []
     lines += [line for line in s.extra if line.lstrip().startswith("#SBATCH")]
-    lines += ["", "set -e", f"cd {shlex.quote(str(cwd))}",
-              "# the run folder was made by `rlft train --dry-run`: every process starts as launched (the job has "
-              "no launcher of its own)",
-              f"export {LAUNCHED_ENV}=1"]
-    if h.device == "cpu" and is_multi(cfg):
-        lines.append("export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}")
-        if h.distributed_strategy == "fsdp":
-            lines.append(f"export {CPU_FSDP_ENV}=1")
+    lines += ["", "set -e", f"cd {shlex.quote(str(cwd))}"]
     lines += [line for line in s.extra if not line.lstrip().startswith("#SBATCH")]
-    if is_multi(cfg):
-        mine = copy.deepcopy(cfg)
-        mine.hw.machine_rank, mine.hw.main_process_ip = _RANK, _MAIN_IP
-        run_args = machine_args(args, root, _RANK)
-        run_args = [a for a in run_args if not a.startswith("hw.main_process_ip=")] + [f"hw.main_process_ip={_MAIN_IP}"]
-        inner = " ".join(map(_quote, as_accelerate_launch(accelerate_command(mine, run_args))))
+    # each node runs `rlft train` itself, so every rlft check runs there: node 0 claims the run folder and writes
+    # config.yaml, every node waits at most hw.rendezvous_timeout_s for the others and compares configs
+    keep = [a for a in args if a != "--overwrite" and not a.startswith(("train.output_dir=", "hw.machine_rank=",
+                                                                            "hw.main_process_ip="))]
+    if is_multi(cfg) and cfg.hw.num_machines > 1:
         lines += ['MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)', "export MAIN_IP"]
-    else:
-        keep = [a for a in args if a != "--overwrite" and not a.startswith("train.output_dir=")]
-        inner = shlex.join(["rlft", *keep, f"train.output_dir={root}"])
+        keep += [f"hw.machine_rank={_RANK}", f"hw.main_process_ip={_MAIN_IP}"]
+    inner = " ".join(map(_quote, ["rlft", *keep, f"train.output_dir={root}"]))
     lines.append(f"srun bash -c {shlex.quote(inner)}")
     return "\n".join(lines) + "\n"
 

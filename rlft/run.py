@@ -303,7 +303,8 @@ def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
 
 def _check_existing(run: RunDir, opts: RunOptions) -> bool:
     """The preconditions on the folder as it is (nothing written): True when it exists and is not empty."""
-    exists = run.root.is_dir() and any(run.root.iterdir())
+    # a folder `rlft train --dry-run` prepared for a SLURM job holds only the marker and the script: a new run
+    exists = run.root.is_dir() and any(p.name not in (MARKER, "launch.sbatch") for p in run.root.iterdir())
     if run.root.exists() and not run.root.is_dir():
         raise RunError(f"run folder {run.root} is a file; set train.output_dir to a folder")
     if exists and not is_run_folder(run.root):

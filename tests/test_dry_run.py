@@ -82,8 +82,9 @@ def test_dry_run_slurm_writes_only_the_script(tmp_path):
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_sbatch_quoting_reaches_each_task_intact(tmp_path):
-    """The script run with stand-ins for scontrol, srun (task 1 of 2) and accelerate: every argument arrives as
-    given, quotes and `$` included, with the task's rank and the first node's address."""
+    """The script run with stand-ins for scontrol, srun (task 1 of 2) and rlft: every argument arrives as given,
+    quotes and `$` included, with the task's rank and the first node's address. Each node runs `rlft train` itself,
+    so rlft's own checks (run folder, join timeout, same config on every machine) run there."""
     (tmp_path / "slurm.yaml").write_text(SLURM_YAML.replace("    - module load cuda\n", ""))
     odd = "data.system_prompt=it's $HOME \"a\" test"
     proc = dry_run(tmp_path, "-c", str(tmp_path / "slurm.yaml"), "--hw", "ddp", "hw.num_machines=2", odd)
@@ -92,8 +93,7 @@ def test_sbatch_quoting_reaches_each_task_intact(tmp_path):
     bin_dir.mkdir()
     stubs = {"scontrol": "printf 'node-a\\nnode-b\\n'",
              "srun": 'SLURM_PROCID=1 exec "$@"',
-             "accelerate": 'pwd > "$OUT.cwd"; echo "$RLFT_LAUNCHED" > "$OUT.env"; '
-                           'for a in "$@"; do printf "%s\\0" "$a"; done > "$OUT"'}
+             "rlft": 'pwd > "$OUT.cwd"; for a in "$@"; do printf "%s\\0" "$a"; done > "$OUT"'}
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -102,17 +102,23 @@ def test_sbatch_quoting_reaches_each_task_intact(tmp_path):
            "SLURM_JOB_NODELIST": "node-[a-b]"}
     subprocess.run(["bash", str(tmp_path / "run" / "launch.sbatch")], env=env, cwd=tmp_path, check=True, timeout=60)
     got = out.read_bytes().decode().split("\0")[:-1]
-    # what the machine-1 line printed for running by hand passes, but with the address SLURM gave machine 0
-    line = [ln for ln in proc.stdout.splitlines() if "--machine_rank 1" in ln][0]
-    printed = shlex.split(line)
-    assert printed[:2] == ["RLFT_LAUNCHED=1", "accelerate"]
-    expected = printed[2:]
-    expected[expected.index("--rdzv_conf"):expected.index("--rdzv_conf")] = ["--main_process_ip", "node-a"]
-    expected.append("hw.main_process_ip=node-a")
-    assert got == expected
-    assert odd in got
+    assert got[:2] == ["train", "--stage"] and odd in got
+    assert "hw.machine_rank=1" in got and "hw.main_process_ip=node-a" in got
+    assert f"train.output_dir={tmp_path / 'run'}" in got
     assert out.with_suffix(".cwd").read_text().strip() == str(ROOT)  # paths in the command are the caller's
-    assert out.with_suffix(".env").read_text().strip() == "1"
+
+
+def test_a_folder_prepared_for_slurm_takes_the_run(tmp_path):
+    """The folder --dry-run made (marker + launch.sbatch) is a new run's for `rlft train`, not an existing run."""
+    from rlft.config import load_config
+    from rlft.run import RunOptions, check_run_dir
+
+    (tmp_path / "slurm.yaml").write_text(SLURM_YAML)
+    proc = dry_run(tmp_path, "-c", str(tmp_path / "slurm.yaml"), "--hw", "ddp", "hw.num_machines=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cfg = load_config("grpo", "ddp", [], ["hw.num_machines=2", "hw.main_process_ip=10.0.0.1",
+                                          f"train.output_dir={tmp_path / 'run'}"])[0]
+    assert check_run_dir(cfg, RunOptions()).root == tmp_path / "run"
 
 
 def test_dry_run_imports_no_heavy_library(tmp_path):
