@@ -78,3 +78,29 @@ class ApplyConfigChanges(TrainerCallback):
                 if group.get("weight_decay") == old:  # groups without decay (biases, norms) keep 0
                     group["weight_decay"] = float(new)
         return control
+
+
+class PeriodicEval(TrainerCallback):
+    """Every `every` optimizer steps (the last step excepted: eval.end measures it), fresh samples of the evaluation
+    prompts from the policy as it is, logged as one `eval_*` row of metrics.jsonl (and TensorBoard) next to the
+    training reward. `evaluate(model) -> {"reward_mean", ...}` runs on every rank (it is collective under FSDP).
+
+    The row goes straight to the log callbacks: TRL's `log` would fold its pending training metrics into it."""
+
+    def __init__(self, ctx, evaluate, every: int):
+        self.ctx, self.evaluate, self.every = ctx, evaluate, every
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if not self.every or step % self.every or step >= (state.max_steps or 0) or control.should_training_stop:
+            return control
+        trainer = self.ctx.trainer
+        result = self.evaluate(trainer.accelerator.unwrap_model(trainer.model), step)
+        logs = {"eval_reward": result.get("reward_mean")}
+        logs.update({f"eval_rewards/{k}": v for k, v in (result.get("per_reward") or {}).items()})
+        if result.get("success_rate") is not None:
+            logs["eval_success_rate"] = result["success_rate"]
+        should_log = control.should_log  # on_log clears it: the step's own training row must still be logged
+        control = trainer.callback_handler.on_log(args, state, control, logs)
+        control.should_log = should_log
+        return control

@@ -92,7 +92,8 @@ class MetricsWriter(TrainerCallback):
         # wall-clock time (unix seconds) and stage on every row, so runs and stages line up in time
         record = {"step": state.global_step, "time": round(time.time(), 3), "stage": self.stage,
                   **normalise(logs, self.stage)}
-        self._carry_batch_metrics(record)
+        if not is_eval(logs):  # an evaluation row holds its own numbers only
+            self._carry_batch_metrics(record)
         if self.steps_per_generation and not is_eval(logs):
             record.update(generation_of(state.global_step, self.steps_per_generation))
         if main:

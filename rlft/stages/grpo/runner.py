@@ -12,6 +12,7 @@ from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
+from rlft.stages.grpo.spec import eval_every
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -132,6 +133,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             # on --resume the start was measured before the first checkpoint and travels in it
             start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
             trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model)
+            every = eval_every(cfg)
+            if every:
+                from rlft.monitor.callbacks import PeriodicEval
+
+                trainer.add_callback(PeriodicEval(ctx, lambda model, step: evaluation(model), every))
         code = ctx.train(trainer, tokenizer)
         if evaluation is not None and code == 0:
             ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model))

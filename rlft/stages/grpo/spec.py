@@ -46,6 +46,11 @@ class GRPOConfig:
     kl_horizon: Optional[int] = F(None, "Horizon of the adaptive KL controller, in optimizer steps: a KL 20% or "
                                         "more off target moves the coefficient by up to 22% per horizon. null = a "
                                         "tenth of train.max_steps, so it acts within the run.", ge=1)
+    eval_every: Optional[int] = F(None, "Log eval_reward (fresh samples of the data.eval_prompts prompts, fixed seed, "
+                                        "from the policy as it is) every N optimizer steps, next to the training "
+                                        "reward, with those samples in completions.jsonl. null = about 5 times a run "
+                                        "(train.max_steps // 5, at least 10); 0 = only at the start and the end.",
+                                  ge=0)
     loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=list(POLICY_LOSSES))
     clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
     temperature: float = temperature_field(1.0, "Sampling temperature (0.7-1.0).")
@@ -202,8 +207,20 @@ def steps_per_generation(cfg) -> int:
     return 1 if cfg.env.name else cfg.grpo.num_substeps * cfg.grpo.ppo_epochs
 
 
+def eval_every(cfg) -> int:
+    """Steps between evaluations during training (0: only at the start and the end)."""
+    g = cfg.grpo
+    if g.eval_every is not None:
+        return g.eval_every
+    return max(10, max(cfg.train.max_steps, 0) // 5)
+
+
 def explain(cfg) -> list[str]:
     notes = ["# " + layout_note(cfg)]
+    every = eval_every(cfg)
+    if cfg.data.eval_prompts and every and every < cfg.train.max_steps:
+        notes.append(f"# grpo.eval_every: eval_reward on {cfg.data.eval_prompts} fixed prompts every {every} steps "
+                     f"(and at the start and the end)")
     overlap = overlap_note(cfg)
     if overlap:
         notes.append("# " + overlap)
