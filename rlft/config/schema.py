@@ -215,6 +215,10 @@ class MonitorConfig:
     kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
     ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights "
                              "collapsed onto a few samples.", ge=0, le=1)
+    eval_gap_warn: float = F(0.1, "Sampling stages with periodic eval: training reward up by more than this (reward "
+                                  "units, mean of the last 5 steps vs the first 5) while the held-out eval reward "
+                                  "gained under a quarter of it warns (reward hacking or overfitting); 0 = off.",
+                             ge=0)
     on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
     on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
     on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)

@@ -118,6 +118,25 @@ def _awr_ess(r: dict, m) -> list[Firing]:
     return []
 
 
+GAP_WINDOW = 5  # training steps averaged at each end for the train-up/eval-flat rule
+
+
+def train_eval_gap(train_rewards: list[float], eval_start: float | None, eval_now: float | None,
+                   threshold: float) -> tuple[float, float] | None:
+    """(training gain, eval gain) when the training reward rose by more than `threshold` (mean of the last
+    GAP_WINDOW steps vs the first) while the held-out eval reward gained less than a quarter of it; else None.
+    The first defence against reward hacking: the policy learns what the reward pays for on the training
+    prompts, not the task, and fresh prompts show it."""
+    if threshold <= 0 or eval_start is None or eval_now is None or len(train_rewards) < 2 * GAP_WINDOW:
+        return None
+    first = sum(train_rewards[:GAP_WINDOW]) / GAP_WINDOW
+    last = sum(train_rewards[-GAP_WINDOW:]) / GAP_WINDOW
+    train_gain, eval_gain = last - first, eval_now - eval_start
+    if train_gain > threshold and eval_gain < 0.25 * train_gain:
+        return train_gain, eval_gain
+    return None
+
+
 RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "loss_nan": _loss_nan,
     "grad_norm": _grad_norm,
@@ -145,6 +164,8 @@ class HealthMonitor(TrainerCallback):
         self.trainer = None
         self.ctx = None
         self._initial_state = None
+        self._train_rewards: list[float] = []  # the training reward of each step, for the train/eval gap
+        self._gap_fired = False
 
     def attach(self, trainer, ctx) -> None:
         self.trainer, self.ctx = trainer, ctx
@@ -159,8 +180,25 @@ class HealthMonitor(TrainerCallback):
         m = self.cfg.monitor
         return {"warning": m.on_warning, "critical": m.on_critical, "entropy": m.on_entropy_collapse}[level]
 
+    def _gap(self, record: dict) -> list[Firing]:
+        """The train-up/eval-flat rule: it needs the run's history, so it lives here rather than in RULES."""
+        if "eval_reward" not in record:
+            if isinstance(record.get("reward"), (int, float)) and not _bad(record["reward"]):
+                self._train_rewards.append(float(record["reward"]))
+            return []
+        start = ((self.ctx.eval.get("start") or {}) if self.ctx is not None else {}).get("reward_mean")
+        gap = train_eval_gap(self._train_rewards, start, record.get("eval_reward"), self.cfg.monitor.eval_gap_warn)
+        if gap is None or self._gap_fired:
+            return []
+        self._gap_fired = True  # once a run: the report shows the curves
+        train_gain, eval_gain = gap
+        return [Firing("train_up_eval_flat", "warning", "eval_reward", record["eval_reward"], start,
+                       f"training reward rose by {train_gain:.3g} since the start, the eval reward on held-out prompts "
+                       f"by {eval_gain:+.3g}: the policy may be exploiting the reward (reward hacking) or overfitting "
+                       f"the training prompts; compare the eval completions in the report")]
+
     def check(self, record: dict, control, write: bool = True) -> None:
-        for f in evaluate_rules(record, self.cfg):
+        for f in evaluate_rules(record, self.cfg) + self._gap(record):
             action = self.action_for(f.level)
             if action == "rollback" and self.rollbacks >= self.cfg.monitor.max_rollbacks:
                 action = "stop"
