@@ -94,6 +94,11 @@ class TrainConfig:
     save_steps: int = F(100, "Write a resumable checkpoint every N steps.", ge=1)
     save_total_limit: int = F(3, "Rolling checkpoints kept.", ge=1)
     eval_steps: int = F(50, "Evaluate every N steps when data.eval is set.", ge=1)
+    best_by: str = F("train_reward", "How summary.json picks the best saved model: `train_reward` (the headline "
+                                     "training metric over the steps before each checkpoint) or `eval` (the eval "
+                                     "reward of fresh samples of held-out prompts measured at its step: set "
+                                     "grpo.eval_every / ppo.eval_interval to a multiple of the save interval).",
+                     choices=["train_reward", "eval"])
     report_to: list[str] = F(help="Extra trackers when installed: tensorboard (event files in <run>/tensorboard/), "
                                   "wandb (local files in the run folder).", factory=list)
 

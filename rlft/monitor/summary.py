@@ -109,19 +109,37 @@ def best_checkpoint(rows: list[dict], candidates: list[tuple[int, Path]], head: 
     return best
 
 
+def best_by_eval(evals: list[dict], candidates: list[tuple[int, Path]], end: float | None,
+                 steps: int | None) -> dict | None:
+    """Among saved models, the one with the best eval reward (fresh samples of the held-out prompts) measured at
+    its step; the final model is judged by eval.end. Ties go to the later one; None when no saved model has an
+    eval of its own (then the training reward decides)."""
+    at = {int(r["step"]): r["eval_reward"] for r in evals if _finite(r.get("eval_reward")) and _finite(r.get("step"))}
+    if _finite(end) and steps is not None:
+        at[int(steps)] = end
+    best = None
+    for step, path in sorted(candidates, key=lambda c: c[0]):
+        if step in at and (best is None or at[step] >= best["value"]):
+            best = {"path": str(path), "step": step, "metric": "eval_reward", "value": at[step], "window": 1}
+    return best
+
+
 def report_command(run_root: Path) -> str:
     return f"rlft report {shlex.quote(str(run_root))}"
 
 
-def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = ()) -> dict[str, Any]:
+def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = (), *, best_by: str = "train_reward",
+                eval_end: float | None = None, steps: int | None = None) -> dict[str, Any]:
     """The end-of-run fields summary.json adds to `last`: headline first/last means (and `reward` when the
-    headline is the reward), the best of the saved models (`checkpoints`: (step, folder)), the report command."""
+    headline is the reward), the best of the saved models (`checkpoints`: (step, folder); by the training
+    headline, or with best_by="eval" by the eval reward at each one's step), the report command."""
     rows = _rows(Path(run_root) / "metrics.jsonl")
     train = [r for r in rows if not _is_eval(r)]
     evals = [r for r in rows if _is_eval(r)]
     head = headline(train) or headline(evals)
+    best = best_by_eval(evals, list(checkpoints), eval_end, steps) if best_by == "eval" else None
     out: dict[str, Any] = {"headline": head,
-                           "best_checkpoint": best_checkpoint(train or evals, list(checkpoints), head),
+                           "best_checkpoint": best or best_checkpoint(train or evals, list(checkpoints), head),
                            "report_command": report_command(run_root)}
     if head and head["metric"] == "reward":
         out["reward"] = {"first_mean": head["first_mean"], "last_mean": head["last_mean"], "window": head["window"]}

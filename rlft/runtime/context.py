@@ -128,7 +128,8 @@ class RunContext:
             # stands (finished, interrupted at step N) stays true, and a "failed at step 0" would hide it
             if self.rank == 0 and not (self.opts.resume and not self.began and outcome.failed(code)):
                 write_run_summary(run, self.cfg.stage, code, error=error, steps=self.steps, max_steps=self.max_steps,
-                                  started=self.started, eval_numbers=self.eval, distributed=self.distributed)
+                                  started=self.started, eval_numbers=self.eval, distributed=self.distributed,
+                                  best_by=self.cfg.train.best_by)
             if run.replaced is not None and self.rank == 0:
                 print(f"rlft: the run replaced by --overwrite is kept at {run.replaced} (this run wrote no "
                       f"checkpoint); move it back or delete it", file=sys.stderr)

@@ -10,7 +10,7 @@ from rlft.run import RunDir, checkpoint_step
 
 def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str | None, steps: int,
                       max_steps: int | None, started: float, eval_numbers: dict,
-                      distributed: dict | None = None) -> None:
+                      distributed: dict | None = None, best_by: str = "train_reward") -> None:
     """Never lets a write failure hide the run's own outcome."""
     from rlft.monitor.summary import last_metrics, print_summary, run_numbers, status_for, write_summary
 
@@ -27,7 +27,8 @@ def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str |
     try:
         summary = write_summary(run.root / "summary.json", stage=stage, status=status_for(code), steps=steps,
                                 wall_s=time.monotonic() - started, last=last_metrics(run.metrics), eval=eval_numbers,
-                                **extra, **run_numbers(run.root, saved))
+                                **extra, **run_numbers(run.root, saved, best_by=best_by, steps=steps,
+                                                       eval_end=(eval_numbers.get("end") or {}).get("reward_mean")))
     except OSError as e:
         print(f"rlft: could not write summary.json: {e}", file=sys.stderr)
         return
