@@ -173,9 +173,9 @@ policy, _ = load_model_and_tokenizer(cfg)
 by_hand = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model(init_std=cfg.model.tiny_init_std)))
 by_hand = PeftModel.from_pretrained(by_hand, root + "/01-orpo/final").merge_and_unload()
 only_orpo = {k: v.clone() for k, v in by_hand.state_dict().items()}
-by_hand = PeftModel.from_pretrained(by_hand, root + "/02-rs_sft/final").merge_and_unload()
+by_hand = PeftModel.from_pretrained(by_hand, root + "/02-awr/final").merge_and_unload()
 sp = policy.state_dict()
-print("INIT_FROM", cfg.model.init_from.endswith("02-rs_sft"), "REF", cfg.model.ref, load_reference(cfg) is None)
+print("INIT_FROM", cfg.model.init_from.endswith("02-awr"), "REF", cfg.model.ref, load_reference(cfg) is None)
 print("EQUALS_STAGE2", all(torch.equal(sp[k], v) for k, v in by_hand.state_dict().items()))
 print("EQUALS_STAGE1", all(torch.equal(sp[k], v) for k, v in only_orpo.items()))
 """
@@ -187,11 +187,19 @@ def test_pipeline_demo_runs(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     summary = json.loads((root / "pipeline_summary.json").read_text())
-    assert [s["stage"] for s in summary["stages"]] == ["orpo", "rs_sft", "grpo"]
+    assert [s["stage"] for s in summary["stages"]] == ["orpo", "awr", "grpo"]
     assert [s["status"] for s in summary["stages"]] == ["finished"] * 3
     for stage in summary["stages"]:
         assert json.loads((tmp_path / stage["dir"] / "summary.json").read_text())["status"] == "finished"
-    for later, earlier in (("02-rs_sft", "01-orpo"), ("03-grpo", "02-rs_sft")):
+    # every stage helps: each ends at or above where the one before ended, on the same held-out prompts, and the
+    # last ends at 0.9 or more (measured 0.074, 0.417, 0.971)
+    ends = [s["eval_end"] for s in summary["stages"]]
+    assert len({s["eval"]["end"]["eval_set"] for s in summary["stages"]}) == 1
+    assert all(later >= earlier for earlier, later in zip(ends, ends[1:])), ends
+    assert ends[-1] >= 0.9, ends
+    assert all(s["eval_end"] >= s["eval_start"] for s in summary["stages"]), summary["stages"]
+    assert not any(s["warnings"] for s in summary["stages"]), summary["stages"]
+    for later, earlier in (("02-awr", "01-orpo"), ("03-grpo", "02-awr")):
         saved = (root / later / "config.yaml").read_text()
         assert f"init_from: {root / earlier}" in saved or f"init_from: runs/pipeline_demo/{earlier}" in saved
     # stage 3 starts from (and, with the adapter disabled, measures KL against) stage 2's merged weights

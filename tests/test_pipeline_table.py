@@ -64,19 +64,19 @@ def test_table_lines_stage_by_stage_with_warnings_below():
 @pytest.mark.e2e
 def test_pipeline_demo_reports_each_stages_eval(tmp_path):
     res = run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", "stages.1.train.max_steps=2",
-                  "stages.2.rs_sft.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
+                  "stages.2.awr.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
                   "stages.3.train.max_steps=2", "data.eval_prompts=4", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "pipeline_demo" / "pipeline_summary.json").read_text())
     stages = summary["stages"]
-    assert [s["stage"] for s in stages] == ["orpo", "rs_sft", "grpo"]
+    assert [s["stage"] for s in stages] == ["orpo", "awr", "grpo"]
     for s in stages:  # every stage of the demo has rewards, ORPO's scoring its samples only
         assert isinstance(s["eval_start"], float) and isinstance(s["eval_end"], float), s
         assert s["eval"]["end"]["n"] > 0 and isinstance(s["warnings"], list)
     lines = res.stderr.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("#  name"))
     rows = [line.split() for line in lines[header + 1:] if not line.startswith(" ")][:3]
-    assert [(r[0], r[2], r[3]) for r in rows] == [("1", "orpo", "finished"), ("2", "rs_sft", "finished"),
+    assert [(r[0], r[2], r[3]) for r in rows] == [("1", "orpo", "finished"), ("2", "awr", "finished"),
                                                   ("3", "grpo", "finished")]
     for r, s in zip(rows, stages):
         assert f"{s['eval_start']:.4g} -> {s['eval_end']:.4g}" in " ".join(r)
