@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rlft.algos import (
-    clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae, kl_penalty_per_token,
-    last_token_index, masked_whiten, ppo_loss, shape_rewards,
+    ADVANTAGE_ESTIMATORS, clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae,
+    kl_penalty_per_token, last_token_index, masked_moments, masked_whiten, moments_mean_var, ppo_loss, shape_rewards,
 )
 
 T = torch.tensor
@@ -188,3 +188,52 @@ def test_dual_clip_caps_a_negative_advantage_at_minus_a_c():
     same, m2 = clipped_surrogate(T([[0.1, 0.1]]), old, adv, mask, 0.2, clip_ratio_c=3.0)
     ref, _ = clipped_surrogate(T([[0.1, 0.1]]), old, adv, mask, 0.2)
     assert float(same) == float(ref) and m2["clipfrac_lower"] == 0.0  # inside the cap nothing changes
+
+
+def test_masked_moments_and_their_mean_and_variance():
+    x, mask = T([[1.0, 2.0, 3.0, float("nan")]]), T([[1, 1, 1, 0]])
+    mom = masked_moments(x, mask)
+    assert mom.dtype == torch.float64 and mom.tolist() == [6.0, 14.0, 3.0]  # sum, sum of squares, count
+    mean, var = moments_mean_var(mom)
+    assert float(mean) == 2.0 and float(var) == pytest.approx(1.0)  # (14 - 6 * 2) / (3 - 1), as masked_var
+    assert float(moments_mean_var(mom, unbiased=False)[1]) == pytest.approx(2 / 3)
+    assert [float(v) for v in moments_mean_var(masked_moments(T([[5.0]]), T([[1]])))] == [5.0, 0.0]  # one element
+    assert [float(v) for v in moments_mean_var(masked_moments(T([[5.0]]), T([[0]])))] == [0.0, 0.0]  # none
+
+
+def test_masked_whiten_over_summed_moments_is_the_whole_batch_whitened():
+    # two processes' batches: {1, 2} and {3, 6} -> sum 12, squares 50, count 4: mean 3, variance (50 - 36) / 3
+    a, mask_a = T([[1.0, 2.0, 9.0]]), T([[1, 1, 0]])
+    b, mask_b = T([[3.0, 6.0, -9.0]]), T([[1, 1, 0]])
+    total = masked_moments(a, mask_a) + masked_moments(b, mask_b)
+    assert total.tolist() == [12.0, 50.0, 4.0]
+    sd = math.sqrt(14 / 3)
+    wa, wb = masked_whiten(a, mask_a, moments=total), masked_whiten(b, mask_b, moments=total)
+    assert wa.tolist()[0] == pytest.approx([-2 / sd, -1 / sd, 0.0], abs=1e-6)
+    assert wb.tolist()[0] == pytest.approx([0.0, 3 / sd, 0.0], abs=1e-6)
+    whole = masked_whiten(torch.cat([a, b]), torch.cat([mask_a, mask_b]))
+    assert torch.allclose(torch.cat([wa, wb]), whole, atol=1e-6)
+    # shift_mean=False puts the global mean back
+    assert masked_whiten(a, mask_a, shift_mean=False, moments=total).tolist()[0] == \
+        pytest.approx([3 - 2 / sd, 3 - 1 / sd, 0.0], abs=1e-6)
+
+
+def test_gae_estimator_whitens_over_all_processes_when_given_their_sum():
+    rewards = T([[0.0, 1.0, 0.5], [0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    values = T([[0.1, 0.2, 0.0], [0.3, 0.1, 0.0], [0.5, 0.0, 0.0], [0.2, 0.4, 0.6]])
+    mask = T([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    gae_adv = ADVANTAGE_ESTIMATORS.get("gae")
+    kw = dict(gamma=0.9, lam=0.8)
+    whole, ret = gae_adv(rewards_BT=rewards, values_BT=values, mask_BT=mask, **kw)
+    halves = [slice(0, 2), slice(2, 4)]
+    raw = [gae(rewards[h], values[h], mask[h], 0.9, 0.8)[0] for h in halves]
+    total = sum(masked_moments(r, mask[h]) for r, h in zip(raw, halves))  # what an all-reduce over 2 ranks gives
+    split = [gae_adv(rewards_BT=rewards[h], values_BT=values[h], mask_BT=mask[h], sum_over_processes=lambda t: total,
+                     **kw)[0] for h in halves]
+    assert torch.allclose(torch.cat(split), whole, atol=1e-6)
+    # each half whitened on its own (what a process did before) differs from the global whitening
+    local = [gae_adv(rewards_BT=rewards[h], values_BT=values[h], mask_BT=mask[h], **kw)[0] for h in halves]
+    assert not torch.allclose(torch.cat(local), whole, atol=1e-3)
+    # one process: the sum over processes is the batch's own moments; the same numbers as without it
+    own, _ = gae_adv(rewards_BT=rewards, values_BT=values, mask_BT=mask, sum_over_processes=lambda t: t, **kw)
+    assert torch.allclose(own, whole, atol=1e-6) and torch.equal(ret, gae(rewards, values, mask, 0.9, 0.8)[1])

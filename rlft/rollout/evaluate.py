@@ -39,6 +39,8 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     rank, world = process_group()
     mine: dict[int, list] = {}
     for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):
+        if k is None:  # this rank has no chunk in the last wave
+            continue
         idx = range(starts[k], min(starts[k] + per_call, len(prompts)))
         seed = None if params.seed is None else params.seed + starts[k]
         rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n,

@@ -8,6 +8,7 @@ is the one a single process would have drawn, for any number of processes.
 Under FSDP every generate() call is a collective (the weights are gathered for it, and generate keeps the ranks
 in step), so every rank must sample equally often: a rank with fewer chunks draws a repeated one and drops it
 (`rank_calls(..., even=True)`). An unsharded model samples without collectives and skips that padding.
+`rank_calls` gives every rank one entry per wave either way, so a gather after each wave pairs up.
 """
 
 from __future__ import annotations
@@ -35,18 +36,19 @@ def process_group() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def rank_calls(num_chunks: int, rank: int, world: int, even: bool = False) -> list[tuple[int, bool]]:
-    """(chunk index, keep) for each generate call of `rank`, in order: chunks rank, rank + world, ... With `even`
-    every rank makes ceil(num_chunks / world) calls; a rank short of chunks repeats its last one (or chunk 0)
-    with keep=False (the results are dropped). Call i of every rank belongs to chunks [i*world, (i+1)*world)."""
-    calls = math.ceil(num_chunks / world) if num_chunks else 0
-    out = []
-    for i in range(calls):
+def rank_calls(num_chunks: int, rank: int, world: int, even: bool = False) -> list[tuple[int | None, bool]]:
+    """One (chunk index, keep) per wave of `world` chunks: wave i holds chunks [i*world, (i+1)*world) and `rank`
+    draws chunk i*world + rank. Past the last chunk a rank draws nothing (None) or, with `even` (every rank must
+    call generate equally often), repeats its last chunk (chunk 0 if it has none) with keep=False: its results
+    are dropped. Every rank gets ceil(num_chunks / world) entries, so a gather after each wave pairs up."""
+    waves = math.ceil(num_chunks / world) if num_chunks else 0
+    out: list[tuple[int | None, bool]] = []
+    for i in range(waves):
         k = i * world + rank
         if k < num_chunks:
             out.append((k, True))
-        elif even:
-            out.append((out[-1][0] if out else 0, False))
+        else:
+            out.append((next((c for c, keep in reversed(out) if keep), 0) if even else None, False))
     return out
 
 

@@ -20,7 +20,8 @@ summary.json's eval.start / eval.end: mean total reward of fresh samples on the 
 (data.eval_prompts of data.eval, or of data.train) from the starting and the final policy, same seed.
 
 Multi-process (ddp, fsdp): each round's generate calls, and the evaluation's, are shared out over the ranks and
-their rows gathered to every rank (rlft.rollout.split), so the samples and eval numbers are a single process's.
+their rows gathered to every rank (rlft.rollout.split): from the same weights, the rows and eval numbers are the
+ones a single process draws (metrics' `sampling/prompts_per_rank`: the most prompts one process sampled).
 """
 
 from __future__ import annotations
@@ -235,15 +236,14 @@ class SampledSFT:
         self.prompts_by_rank = [0] * world
         reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
             if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
-        for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):
-            part = self._sample_call(r, model, prompts, columns, starts[k], per_call, seed0, score=keep)
-            if not keep:  # a repeated call (sharded model): it only keeps the ranks' generate calls in step
-                part = None
-            wave = gather({"part": part, "signal": ctx.interrupt.signal is not None}, world)
-            for j, got in enumerate(wave):
-                if got["part"] is None:
+        for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):  # one entry per wave
+            part = None
+            if k is not None:  # keep False: a repeated call (sharded model) keeping the ranks' generate calls in step
+                part = self._sample_call(r, model, prompts, columns, starts[k], per_call, seed0, score=keep)
+            for j, got in enumerate(gather(part, world)):
+                if got is None:
                     continue
-                rows, unscored, logs = got["part"]
+                rows, unscored, logs = got
                 self.suite.record(len(rows), unscored)  # may stop the run: every rank counts the same calls
                 if reward_log is not None:
                     reward_log.write(getattr(self, "_step", 0), [{**x, "round": r} for x in logs])
@@ -251,7 +251,7 @@ class SampledSFT:
                 self.prompts_by_rank[j] += len(rows) // self.n
                 if ctx.rank == 0:
                     self.log.append(rows)
-            if any(got["signal"] for got in wave):
+            if any(gather(ctx.interrupt.signal is not None, world)):  # a signal on any rank stops them all here
                 last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
                 self._say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
                           f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
