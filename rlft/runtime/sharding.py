@@ -29,7 +29,7 @@ def promote_cpu_fsdp() -> None:
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType
 
-    if getattr(AcceleratorState.__init__, "_rlft_cpu_fsdp", False):
+    if getattr(AcceleratorState.__init__, "rlft_cpu_fsdp", False):
         return
     original = AcceleratorState.__init__
 
@@ -44,7 +44,7 @@ def promote_cpu_fsdp() -> None:
             # as accelerate does for the GPU types: later AcceleratorState() calls copy the type from here
             PartialState._shared_state["distributed_type"] = DistributedType.FSDP
 
-    init._rlft_cpu_fsdp = True
+    init.rlft_cpu_fsdp = True
     AcceleratorState.__init__ = init
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 OVERRIDE = "method overridden"   # rlft's method replaces the library's, which calls it with `params`
 CALL = "method called"           # rlft calls it with `params` (positionally or by name); the rest must have defaults
 ATTRIBUTE = "attribute"          # read or written on the library's object; set in the owner's own code
+MARKER = "marker read"           # set by rlft on objects; the owner module's code reads it by this name
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,11 @@ MEMBERS: tuple[Member, ...] = (
     Member(TRAINER, "_load_optimizer_and_scheduler", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
     Member(TRAINER, "_load_rng_state", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
     Member(TRAINER, "save_model", OVERRIDE, ("output_dir", "_internal_call"), "trainers/ppo.py: adapter + value head"),
+    # --- FSDP2 (runtime/sharding.py, models/sharded.py) --------------------------------------------------
+    Member("accelerate.state.PartialState", "_shared_state", ATTRIBUTE,
+           used_in="runtime/sharding.py: the promoted FSDP type, as accelerate stores it for GPU types"),
+    Member("transformers.distributed.fsdp", "_is_fsdp_managed_module", MARKER,
+           used_in="models/sharded.py: set on a sharded model so generate() keeps the ranks in step"),
     # --- elsewhere ----------------------------------------------------------------------------------
     Member("transformers.PretrainedConfig", "_name_or_path", ATTRIBUTE,
            used_in="posttrain.py: written, the merged model's base name"),

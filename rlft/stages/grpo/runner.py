@@ -12,7 +12,6 @@ from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
-from rlft.stages.grpo.spec import eval_every
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -159,6 +158,14 @@ def grpo_trainer_class(cfg: RlftConfig):
     from rlft.trainers.grpo_async import AsyncGRPOTrainer
 
     return AsyncGRPOTrainer
+
+
+def eval_every(cfg: RlftConfig) -> int:
+    """Steps between evaluations during training (0: only at the start and the end)."""
+    g = cfg.grpo
+    if g.eval_every is not None:
+        return g.eval_every
+    return max(10, max(cfg.train.max_steps, 0) // 5)
 
 
 def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):

@@ -207,15 +207,9 @@ def steps_per_generation(cfg) -> int:
     return 1 if cfg.env.name else cfg.grpo.num_substeps * cfg.grpo.ppo_epochs
 
 
-def eval_every(cfg) -> int:
-    """Steps between evaluations during training (0: only at the start and the end)."""
-    g = cfg.grpo
-    if g.eval_every is not None:
-        return g.eval_every
-    return max(10, max(cfg.train.max_steps, 0) // 5)
-
-
 def explain(cfg) -> list[str]:
+    from rlft.stages.grpo.runner import eval_every  # pure arithmetic
+
     notes = ["# " + layout_note(cfg)]
     every = eval_every(cfg)
     if cfg.data.eval_prompts and every and every < cfg.train.max_steps:
