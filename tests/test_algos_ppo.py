@@ -237,3 +237,16 @@ def test_gae_estimator_whitens_over_all_processes_when_given_their_sum():
     # one process: the sum over processes is the batch's own moments; the same numbers as without it
     own, _ = gae_adv(rewards_BT=rewards, values_BT=values, mask_BT=mask, sum_over_processes=lambda t: t, **kw)
     assert torch.allclose(own, whole, atol=1e-6) and torch.equal(ret, gae(rewards, values, mask, 0.9, 0.8)[1])
+
+
+def test_return_scale_only_shrinks_worked_numbers():
+    from rlft.algos import masked_moments, return_scale
+
+    returns = torch.tensor([-20.0, 18.0, -2.0, 4.0])  # mean 0, unbiased variance (400 + 324 + 4 + 16) / 3 = 248
+    ones = torch.ones(4)
+    assert return_scale(masked_moments(returns, ones)) == pytest.approx(248 ** 0.5)
+    assert return_scale(masked_moments(torch.tensor([0.0, 1.0, 1.0, 0.0]), ones)) == 1.0  # spread under 1: as is
+    assert return_scale(masked_moments(torch.tensor([5.0]), torch.ones(1))) == 1.0  # one return: no spread yet
+    # the moments of two batches add up to those of their union
+    both = masked_moments(returns[:2], ones[:2]) + masked_moments(returns[2:], ones[2:])
+    assert return_scale(both) == pytest.approx(248 ** 0.5)

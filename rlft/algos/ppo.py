@@ -49,6 +49,19 @@ def moments_mean_var(moments: Tensor, unbiased: bool = True) -> tuple[Tensor, Te
     return mean, var
 
 
+def return_scale(moments: Tensor, floor: float = 1.0) -> float:
+    """The divisor for every reward: the running standard deviation of episode returns from their accumulated
+    `masked_moments` (every batch so far, every process), never below `floor`. It only shrinks: returns that
+    spread over tens of units (the tool-use guide's -20..+18) come down to about unit spread, so a value loss of
+    ~100 no longer swamps the shared backbone at vf_coef 0.5, while a 0/1 reward (spread < 1) is left as it is,
+    since scaling it up would make the value loss the larger term instead. One divisor for all rewards scales
+    GAE's advantages by the same number, and whitening removes it."""
+    if float(moments[2]) < 2:
+        return floor
+    _, var = moments_mean_var(moments)
+    return max(float(var) ** 0.5, floor)
+
+
 def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8,
                   moments: Tensor | None = None) -> Tensor:
     """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries become 0.

@@ -37,7 +37,8 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance,
-    default_horizon, kl_sample_train, make_kl_controller, masked_mean, ppo_loop_schedule, ppo_loss, shape_rewards,
+    default_horizon, kl_sample_train, make_kl_controller, masked_mean, masked_moments, ppo_loop_schedule, ppo_loss,
+    return_scale, shape_rewards,
 )
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
@@ -126,6 +127,8 @@ class RlftPPOTrainer(Trainer):
         horizon = sec.kl_horizon or default_horizon(self.schedule.num_updates)
         self.kl_ctl = make_kl_controller(coef, sec.target_kl, sec.adaptive_kl and coef > 0, horizon)
         self.eval_start: dict | None = None
+        self.return_moments = torch.zeros(3, dtype=torch.float64)  # episode returns so far: sum, squares, count
+        self.return_scale = 1.0
         self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
         self.env_guard = env_guard
         self._envs: list = []
@@ -170,9 +173,12 @@ class RlftPPOTrainer(Trainer):
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:
-        return {"eval_start": self.eval_start}
+        return {"eval_start": self.eval_start, "return_moments": self.return_moments.tolist()}
 
     def load_rlft_extra_state(self, state: dict) -> None:
+        if state.get("return_moments") is not None:  # a resumed run scales its returns as the uninterrupted one
+            self.return_moments = torch.tensor(state["return_moments"], dtype=torch.float64)
+            self.return_scale = return_scale(self.return_moments)
         self.eval_start = state.get("eval_start")
         if self.eval_start is not None:
             self.eval_out["start"] = self.eval_start
@@ -346,6 +352,8 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = batch.env_rewards_BT - self.kl_ctl.value * kl_BT * mask
         else:
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
+        if p.scale_returns:  # the critic's targets at about unit scale (see ppo.scale_returns)
+            rewards_BT = rewards_BT / self._return_scale(rewards_BT, mask)
         # several processes: whitened over the global batch (the moments summed over them), as verl whitens
         whole_batch = {"sum_over_processes": self._sum_over_processes} if self.accelerator.num_processes > 1 else {}
         adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(self.advantage_estimator)(
@@ -360,6 +368,7 @@ class RlftPPOTrainer(Trainer):
             "kl_policy_ref": self._mean(kl_policy_ref) if kl_policy_ref is not None else None,
             "kl_penalty": self._mean(masked_mean(kl_BT, mask)),
             "kl_coef": self.kl_ctl.value,
+            **({"return_scale": self.return_scale} if p.scale_returns else {}),
             "advantage_mean": self._mean(masked_mean(adv_BT, mask)),
             "return_mean": self._mean(masked_mean(returns_BT, mask)),
             "value_mean": self._mean(masked_mean(values_old, mask)),
@@ -481,6 +490,16 @@ class RlftPPOTrainer(Trainer):
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
+
+    def _return_scale(self, rewards_BT: Tensor, mask_BT: Tensor) -> float:
+        """This batch's episode returns added to the run's (every process's) moments; their standard deviation."""
+        returns_B = (rewards_BT * mask_BT).sum(1)
+        batch = masked_moments(returns_B, torch.ones_like(returns_B))
+        if self.accelerator.num_processes > 1:
+            batch = self._sum_over_processes(batch.to(self.accelerator.device)).cpu()
+        self.return_moments = self.return_moments + batch.cpu()
+        self.return_scale = return_scale(self.return_moments)
+        return self.return_scale
 
     def _sum_over_processes(self, t: Tensor) -> Tensor:
         """`t` summed over the processes (every rank takes part): the global batch's whitening moments."""

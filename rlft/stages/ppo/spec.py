@@ -25,6 +25,11 @@ class PPOConfig:
                                             "probability ratio exploded cannot dominate the batch. null = off.", gt=1)
     cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
+    scale_returns: bool = F(True, "Divide every reward by the running standard deviation of episode returns (all "
+                                  "updates so far) when it is above 1, so the critic fits targets of about unit "
+                                  "spread and vf_coef 0.5 works for returns of tens of units (the tool-use "
+                                  "examples); a reward whose returns spread less than 1 is left as it is. "
+                                  "cliprange_value is in the scaled units.")
     ent_coef: float = F(0.01, "Entropy bonus coefficient (0.001-0.1), on the mean per-token entropy in "
                               "nats.", ge=0, le=1)
     kl_penalty: str = F("kl", "Per-token KL estimate in the reward: kl = log-ratio, abs = |log-ratio|, mse = "
