@@ -12,6 +12,7 @@ from rlft.config.schema import RlftConfig
 from rlft.runtime.sharding import CPU_FSDP_ENV
 
 LAUNCHED_ENV = "RLFT_LAUNCHED"  # set in the processes `accelerate launch` starts for us
+TIMED_OUT = -1  # run_forwarding_signals: the processes were stopped for not joining in time
 
 
 def detect_hw() -> tuple[str, str]:
@@ -157,7 +158,12 @@ def launch(cfg: RlftConfig, argv: list[str]) -> int:
         print(f"rlft: launching {hw.num_processes * hw.num_machines} processes "
               f"({hw.distributed_strategy}) with accelerate", file=sys.stderr, flush=True)
         code, joined = run_forwarding_signals(cmd, env, Path(tmp) / JOINED, hw.rendezvous_timeout_s)
-        code = launched_exit_code(tmp, code)
+        if code != TIMED_OUT:
+            code = launched_exit_code(tmp, code)
+    if not joined and code != TIMED_OUT:  # they stopped on their own, before the group formed
+        print(f"rlft: the processes stopped (exit {code}) before they all joined the run; the errors above say why",
+              file=sys.stderr)
+        return code
     if not joined:
         where = (f"{hw.main_process_ip}:{hw.main_process_port}" if hw.num_machines > 1
                  else f"port {hw.main_process_port} on this machine")
@@ -230,7 +236,7 @@ def run_forwarding_signals(cmd: list[str], env: dict, formed, timeout_s: float) 
                 pass
             if not formed.exists() and time.monotonic() - started > timeout_s:
                 _stop(child)
-                return 3, False
+                return TIMED_OUT, False
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

@@ -110,3 +110,17 @@ def launched_exit_code(launch_dir, code: int) -> int:
             continue
     failed = [found[r] for r in sorted(found) if found[r] != 0]
     return failed[0] if failed else code
+
+
+def leave_process_group() -> None:
+    """Tear the process group down before the interpreter exits: left to interpreter shutdown, gloo's threads can
+    be destroyed while still joinable, and the rank aborts ("terminate called without an active exception")
+    after a run that finished."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # never turn a finished run into a failure on the way out
+        pass
