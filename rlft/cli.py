@@ -670,10 +670,9 @@ def main() -> None:
         app()
     except SystemExit as exc:
         if os.environ.get("RLFT_LAUNCHED"):  # a rank: its code for the launching process
-            from rlft.runtime.ranks import leave_process_group, record_exit
+            from rlft.runtime.ranks import exit_rank
 
-            leave_process_group()
-            record_exit(exc.code)
+            exit_rank(exc.code)
         raise
 
 

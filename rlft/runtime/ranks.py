@@ -124,3 +124,24 @@ def leave_process_group() -> None:
             dist.destroy_process_group()
     except Exception:  # never turn a finished run into a failure on the way out
         pass
+
+
+def exit_rank(code) -> None:
+    """How a process the launcher started ends: the process group torn down, its exit code left for the
+    launcher, Python's exit handlers run (trackers flush), then out without the C++ static destructors, which
+    abort a finished run now and then on CPU ("terminate called without an active exception" in a gloo thread)."""
+    import atexit
+    import logging
+    import os
+    import sys
+
+    leave_process_group()
+    code = code if isinstance(code, int) else (0 if code is None else 1)
+    record_exit(code)
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
