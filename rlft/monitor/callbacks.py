@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
+from rlft.monitor.metrics import eval_row
+
 
 class InterruptCallback(TrainerCallback):
     """After a SIGINT/SIGTERM, end the current step with a checkpoint and stop."""
@@ -96,10 +98,7 @@ class PeriodicEval(TrainerCallback):
             return control
         trainer = self.ctx.trainer
         result = self.evaluate(trainer.accelerator.unwrap_model(trainer.model), step)
-        logs = {"eval_reward": result.get("reward_mean")}
-        logs.update({f"eval_rewards/{k}": v for k, v in (result.get("per_reward") or {}).items()})
-        if result.get("success_rate") is not None:
-            logs["eval_success_rate"] = result["success_rate"]
+        logs = eval_row(result)
         should_log = control.should_log  # on_log clears it: the step's own training row must still be logged
         control = trainer.callback_handler.on_log(args, state, control, logs)
         control.should_log = should_log

@@ -58,6 +58,15 @@ def _is_batch_key(key: str) -> bool:
             or (key.startswith("rewards/") and not key.endswith("/errors"))
 
 
+def eval_row(result: dict) -> dict:
+    """One evaluation during training as a metrics row: eval_reward, each reward's mean, an episode success rate."""
+    logs = {"eval_reward": result.get("reward_mean")}
+    logs.update({f"eval_rewards/{k}": v for k, v in (result.get("per_reward") or {}).items()})
+    if result.get("success_rate") is not None:
+        logs["eval_success_rate"] = result["success_rate"]
+    return logs
+
+
 class MetricsWriter(TrainerCallback):
     """Appends each training log to metrics.jsonl (main process only)."""
 

@@ -16,7 +16,7 @@ from types import ModuleType
 
 from rlft.lazy import lazy_attributes
 
-_LAZY = {**dict.fromkeys(("EVAL_SEED_OFFSET", "evaluate"), "evaluate"),
+_LAZY = {**dict.fromkeys(("EVAL_SEED_OFFSET", "evaluate", "evaluation"), "evaluate"),
          **dict.fromkeys(("Rollouts", "SamplingParams", "render_prompt", "sample"), "sample")}
 
 
@@ -32,8 +32,9 @@ class _Package(ModuleType):
 sys.modules[__name__].__class__ = _Package
 __getattr__ = lazy_attributes(__name__, _LAZY)
 
-from rlft.rollout.log import CompletionLog, RewardLog  # noqa: E402 - after the package class is set
+from rlft.rollout.log import CompletionLog, RewardLog, write_eval_samples  # noqa: E402 - after the package class is set
 from rlft.rollout.score import Scores, score, score_texts  # noqa: E402
 
 __all__ = ["EVAL_SEED_OFFSET", "CompletionLog", "RewardLog", "Rollouts", "SamplingParams", "Scores", "evaluate",
-           "render_prompt", "sample", "score", "score_texts"]
+           "evaluation",
+           "render_prompt", "sample", "score", "score_texts", "write_eval_samples"]

@@ -67,6 +67,20 @@ class CompletionLog:
                           None if weights is None else tolist(weights), extra)
 
 
+def write_eval_samples(path: str | Path, step: int, prompts: Sequence[Any], samples: Sequence[Mapping]) -> None:
+    """Append one evaluation's samples to completions.jsonl: `prompt_id` `eval-<i>` (the i-th evaluation prompt, the
+    same at every evaluation, so the report lines one prompt's answers up across steps) and `split: eval`."""
+    from rlft.data.messages import as_text
+
+    with open(path, "a") as f:
+        for x in samples:
+            i = int(x["prompt_index"])
+            row = {"step": step, "prompt_id": f"eval-{i}", "prompt": as_text(prompts[i]), "completion": x["completion"],
+                   "rewards": {name: _num(v) for name, v in (x.get("rewards") or {}).items()},
+                   "total": _num(x.get("total")), "split": "eval"}
+            f.write(json.dumps(row) + "\n")
+
+
 class RewardLog:
     """reward_logs.jsonl: per step and reward function, what the function printed or logged, its mean
     time per call (ms), the completions it left unscored and their error messages (the report's

@@ -19,6 +19,7 @@ class PreferenceEval:
 
     def __init__(self, cfg: RlftConfig, suite, source):
         self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
+        self.completions = None  # completions.jsonl, once the run folder exists
 
     @classmethod
     def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
@@ -36,8 +37,8 @@ class PreferenceEval:
         k = self.cfg.data.eval_prompts
         return source.select(range(min(k, len(source)))).to_list() if self.suite is not None else []
 
-    def _evaluate(self, model, rows: list[dict]) -> dict:
-        from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+    def _evaluate(self, model, rows: list[dict], step: int | None = None) -> dict:
+        from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
 
         section = getattr(self.cfg, self.cfg.stage)
         # the answer budget the stage trains with: what fits beside the longest prompt (the stage's max_length,
@@ -48,19 +49,22 @@ class PreferenceEval:
                                 seed=self.cfg.train.seed + EVAL_SEED_OFFSET)
         prompts = [r["prompt"] for r in rows]
         columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-        return evaluate(model, self.tokenizer, self.suite, prompts, columns, SAMPLES_PER_PROMPT, params)
+        return evaluation(self.tokenizer, self.suite, prompts, columns, SAMPLES_PER_PROMPT, params,
+                          self.completions)(model, step)
 
     def start(self, trainer, tokenizer, source, ctx) -> None:
         """eval.start from the policy as this stage starts it. On --resume the trainer still holds that policy
         here (the checkpoint loads when training begins), so the same seed measures the same number again."""
         self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
+        self.completions = ctx.run.completions  # each evaluation's samples, as `eval-<i>` rows
         if self.eval_rows:
-            ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows)
+            ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows, 0)
 
     def end(self, trainer, ctx) -> None:
         """eval.end after a finished run: the reward mean of fresh samples and the held-out preference accuracy."""
         if self.eval_rows:
-            ctx.eval["end"] = self._evaluate(trainer.accelerator.unwrap_model(trainer.model), self.eval_rows)
+            ctx.eval["end"] = self._evaluate(trainer.accelerator.unwrap_model(trainer.model), self.eval_rows,
+                                             trainer.state.global_step)
         accuracy = last_logged(trainer.state.log_history, "eval_rewards/accuracies")
         if accuracy is not None:
             ctx.eval.setdefault("end", {})["preference_accuracy"] = round(accuracy, 6)

@@ -153,7 +153,7 @@ class SampledSFT:
         if "eval_start" in state:
             ctx.eval["start"] = state["eval_start"]
         elif eval_set is not None:
-            ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set)
+            ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set, 0)
             self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} "
                       "samples")
             self._save_state(state)
@@ -188,7 +188,7 @@ class SampledSFT:
             round_steps_done[str(r)] = round_steps
             self._save_state(state)
         if eval_set is not None:
-            ctx.eval["end"] = self._evaluate(model, *eval_set)
+            ctx.eval["end"] = self._evaluate(model, *eval_set, steps)
             self._say(f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
                       f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
         return 0
@@ -302,13 +302,14 @@ class SampledSFT:
             advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
             weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
 
-    def _evaluate(self, model, prompts: list, columns: dict) -> dict:
+    def _evaluate(self, model, prompts: list, columns: dict, step: int | None = None) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard), `generation_batch_size`
-        completions per generate call as in the rounds; every rank calls it (each samples a share of the prompts)."""
-        from rlft.rollout import EVAL_SEED_OFFSET, evaluate
+        completions per generate call as in the rounds; every rank calls it (each samples a share of the prompts).
+        With a step, each prompt's first sample goes to completions.jsonl as an `eval-<i>` row."""
+        from rlft.rollout import EVAL_SEED_OFFSET, evaluation
 
-        return evaluate(model, self.tokenizer, self.suite, prompts, columns, self.n,
-                        self._params(self.cfg.train.seed + EVAL_SEED_OFFSET))
+        return evaluation(self.tokenizer, self.suite, prompts, columns, self.n,
+                          self._params(self.cfg.train.seed + EVAL_SEED_OFFSET), self.ctx.run.completions)(model, step)
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):

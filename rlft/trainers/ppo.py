@@ -42,6 +42,7 @@ from rlft.algos import (
 )
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
+from rlft.monitor.metrics import eval_row
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.offpolicy import (
@@ -527,9 +528,14 @@ class RlftPPOTrainer(Trainer):
         return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
                 "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
 
-    def evaluate_reward(self) -> dict | None:
-        """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched)."""
-        return None if self.evaluation is None else self.evaluation(self.policy)
+    def evaluate_reward(self, step: int | None = None) -> dict | None:
+        """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched); with a
+        step, single-turn samples go to completions.jsonl as `eval-<i>` rows."""
+        if self.evaluation is None:
+            return None
+        if self.evaluation == self._evaluate_episodes:
+            return self.evaluation(self.policy)
+        return self.evaluation(self.policy, step)
 
     def _write_completions(self, batch: PPOBatch) -> None:
         if not self.accelerator.is_main_process:
@@ -578,7 +584,7 @@ class RlftPPOTrainer(Trainer):
         s, args = self.schedule, self.args
         while self.state.global_step < s.num_updates:
             if self.eval_start is None and self.state.global_step == 0:
-                self.eval_start = self.evaluate_reward()
+                self.eval_start = self.evaluate_reward(0)
                 if self.eval_start is not None:
                     self.eval_out["start"] = self.eval_start
             if self.section.async_.max_steps_off_policy is not None:  # the sampler may start on this update's weights
@@ -605,7 +611,7 @@ class RlftPPOTrainer(Trainer):
             if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
                 self.log(metrics)
             if self.state.global_step % s.eval_every == 0 and not last and self.evaluation is not None:
-                self.log({"eval_reward": self.evaluate_reward()["reward_mean"]})
+                self.log(eval_row(self.evaluate_reward(self.state.global_step)))
             if self.state.global_step % s.save_every == 0 or self.control.should_save:
                 self._save_checkpoint(self.model, trial=None)
                 self.control = self.callback_handler.on_save(args, self.state, self.control)
@@ -613,7 +619,7 @@ class RlftPPOTrainer(Trainer):
             if self.control.should_training_stop:
                 break
         if self.state.global_step >= s.num_updates and self.evaluation is not None:
-            self.eval_out["end"] = self.evaluate_reward()
+            self.eval_out["end"] = self.evaluate_reward(self.state.global_step)
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.state
 

@@ -127,19 +127,19 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite)
+        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.completions)
         if evaluation is not None:
             # on --resume the start was measured before the first checkpoint and travels in it
             start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
-            trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model)
+            trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model, 0)
             every = eval_every(cfg)
             if every:
                 from rlft.monitor.callbacks import PeriodicEval
 
-                trainer.add_callback(PeriodicEval(ctx, lambda model, step: evaluation(model), every))
+                trainer.add_callback(PeriodicEval(ctx, evaluation, every))
         code = ctx.train(trainer, tokenizer)
         if evaluation is not None and code == 0:
-            ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model))
+            ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model), trainer.state.global_step)
             if ctx.rank == 0:
                 print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
                       f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh "
@@ -168,10 +168,11 @@ def eval_every(cfg: RlftConfig) -> int:
     return max(10, max(cfg.train.max_steps, 0) // 5)
 
 
-def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):
-    """`model -> {"reward_mean", ...}` on the evaluation rows (group_size samples each, GRPO's sampling
-    settings, the shared evaluation seed), or None when there are none (data.eval_prompts 0)."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite, completions=None):
+    """`(model, step=None) -> {"reward_mean", ...}` on the evaluation rows (group_size samples each, GRPO's
+    sampling settings, the shared evaluation seed), or None when there are none (data.eval_prompts 0). With a
+    step, each prompt's first sample goes to `completions` (completions.jsonl, rank 0 writes)."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
 
     if not rows:
         return None
@@ -181,4 +182,4 @@ def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite):
                             seed=cfg.train.seed + EVAL_SEED_OFFSET)
     prompts = [r["prompt"] for r in rows]
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-    return lambda model: evaluate(model, tokenizer, suite, prompts, columns, g.group_size, params)
+    return evaluation(tokenizer, suite, prompts, columns, g.group_size, params, completions)

@@ -77,10 +77,11 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     return factory, guard, train, evals
 
 
-def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
-    """`policy -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling settings
-    and a fixed seed, or None when data.eval_prompts is 0."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluate
+def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite, completions=None):
+    """`(policy, step=None) -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling
+    settings and a fixed seed, or None when data.eval_prompts is 0; with a step the samples go to
+    `completions`."""
+    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
     from rlft.stages.prompt_data import eval_rows
 
     rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
@@ -91,7 +92,7 @@ def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite):
     p = cfg.ppo
     params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
                             batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
-    return lambda policy: evaluate(policy, tokenizer, suite, prompts, columns, 1, params)
+    return evaluation(tokenizer, suite, prompts, columns, 1, params, completions)
 
 
 def policy_with_value_head(cfg: RlftConfig, kl_coef: float):
@@ -138,6 +139,9 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         train_rows, evaluation = dataset.to_list(), ppo_evaluation(cfg, dataset, tokenizer, suite)
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.ppo import RlftPPOTrainer
+
+        if evaluation is not None:
+            evaluation.completions = ctx.run.completions  # each evaluation's samples, next to training's
 
         if suite is not None:
             suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
