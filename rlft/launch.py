@@ -302,7 +302,7 @@ def relaunch(cfg: RlftConfig, composed: Composed, opts, hw: str, argv: list[str]
     argv = replace_hw([a for a in argv if a != "--overwrite"], hw) + [f"train.output_dir={run.root}"]
     try:
         code = launch(cfg, argv)
-        if code != 0 and not opts.resume and run.replaced is None:
+        if code in (2, 3) and not opts.resume and run.replaced is None:  # refused before any rank began
             forget_unstarted(run)
         return code
     finally:
