@@ -189,3 +189,16 @@ def test_machines_that_differ_or_never_come_stop_with_exit_3(tmp_path):
     assert code == 3 and "did not all join the run within hw.rendezvous_timeout_s=8 s" in err, err[-3000:]
     assert time.monotonic() - started < 90
     assert not any((tmp_path / "alone" / "machine0" / "run").iterdir())
+
+
+def test_an_explicit_reference_is_sharded_and_scores_as_under_ddp(tmp_path):
+    """GRPO with KL to a reference checkpoint (model.ref: PATH): the reference is sharded like the policy (TRL's
+    own wrapping) and scored through TRL's fused LM head, as the policy is; KL and losses equal DDP's."""
+    ref = tmp_path / "ref"
+    assert run_cli("tiny-model", str(ref)).returncode == 0
+    kl = ("grpo.kl_penalty_coef=0.05", f"model.ref={ref}")
+    _train(tmp_path / "fsdp", "grpo", "fsdp", *kl)
+    _train(tmp_path / "ddp", "grpo", "ddp", *kl)
+    rows = [r for r in read_jsonl(tmp_path / "fsdp" / "metrics.jsonl") if "loss" in r]
+    assert rows[-1]["kl_policy_ref"] > 0
+    assert _losses(tmp_path / "fsdp") == pytest.approx(_losses(tmp_path / "ddp"), abs=1e-6)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from accelerate.utils import gather_object
+from trl.trainer.utils import add_fused_lm_head
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
 
@@ -78,6 +79,13 @@ class RlftGRPOTrainer(GRPOTrainer):
         self._rlft_ref = None
         if ref_model_for_kl is not None:  # an explicit reference checkpoint (model.ref: PATH)
             self._rlft_ref = ref_model_for_kl.to(self.accelerator.device)
+            # TRL scores its models through a fused LM head it adds at init; the reference needs the same
+            add_fused_lm_head(self._rlft_ref, temperature=self.temperature,
+                              cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
+            if self.is_fsdp_enabled:  # sharded like the policy (TRL's own wrapping for its reference models)
+                from trl.models import prepare_fsdp
+
+                self._rlft_ref = prepare_fsdp(self._rlft_ref, self.accelerator)
             if g.kl_penalty_mode == "loss":
                 self.ref_model = self._rlft_ref  # TRL's k3 loss reads self.ref_model
         self._rewards_per_func = None
