@@ -92,12 +92,15 @@ def test_fsdp_first_step_equals_one_process(tmp_path):
     assert fsdp == pytest.approx(one, rel=2e-4)
 
 
-def test_full_fine_tuning_writes_a_plain_model(tmp_path):
-    """lora.enabled=false: each rank writes its shard at checkpoints, and final/ is an ordinary transformers model
-    gathered from them that loads in one process without rlft."""
+@pytest.mark.parametrize("stage", ["grpo", "ppo", "rs_sft"])
+def test_full_fine_tuning_writes_a_plain_model(tmp_path, stage):
+    """lora.enabled=false: each rank writes its shard at checkpoints, and final/ (and RS-SFT's round models) is an
+    ordinary transformers model gathered from them that loads in one process without rlft; PPO's value head
+    beside it."""
     out = tmp_path / "run"
-    _train(out, "grpo", "fsdp", "lora.enabled=false", "train.learning_rate=1e-4", "train.save_steps=1")
-    assert (out / "checkpoints" / "checkpoint-2" / "pytorch_model_fsdp_0").is_dir()
+    _train(out, stage, "fsdp", "lora.enabled=false", "train.learning_rate=1e-4", "train.save_steps=1",
+           "ppo.save_interval=16")
+    assert any((out / "checkpoints").rglob("pytorch_model_fsdp_0"))
     assert (out / "final" / "model.safetensors").is_file()
     code = ("import sys; from transformers import AutoModelForCausalLM as M; m = M.from_pretrained(sys.argv[1]); "
             "print('PARAMS', sum(p.numel() for p in m.parameters()))")
@@ -105,7 +108,10 @@ def test_full_fine_tuning_writes_a_plain_model(tmp_path):
                          timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     full = json.loads((out / "summary.json").read_text())["distributed"]["params_full"]
-    assert f"PARAMS {full}" in res.stdout
+    head = 0
+    if stage == "ppo":  # the value head (hidden size + bias) is trained with the policy and saved beside it
+        head = sum(t.numel() for t in _safetensors(out / "final" / "value_head.safetensors").values())
+    assert f"PARAMS {full - head}" in res.stdout
 
 
 def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tmp_path):

@@ -29,9 +29,19 @@ def describe_final(folder: Path, cfg: RlftConfig, steps: int, run: RunDir) -> No
 
 
 def sharded_checkpoints(trainer) -> bool:
-    """FSDP with sharded checkpoints (full fine-tuning): save_model writes no weights, only the shards."""
+    """FSDP with sharded checkpoints (full fine-tuning): transformers' save_model writes no weights then."""
     plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
     return trainer.accelerator.distributed_type.value == "FSDP" and "SHARDED" in str(plugin.state_dict_type)
+
+
+def save_whole_model(trainer, folder) -> None:
+    """The trained model as one loadable folder (a PEFT adapter or a transformers model), on every rank (under FSDP
+    the weights are gathered from all of them; rank 0 writes). A trainer that gathers for itself (PPO's policy
+    and value head) saves as it does."""
+    if sharded_checkpoints(trainer) and not getattr(trainer, "gathers_to_save", False):
+        trainer._save(str(folder), state_dict=trainer.accelerator.get_state_dict(trainer.model))
+    else:
+        trainer.save_model(str(folder))
 
 
 def save_final(trainer, tokenizer, cfg: RlftConfig, run: RunDir) -> None:
@@ -39,10 +49,7 @@ def save_final(trainer, tokenizer, cfg: RlftConfig, run: RunDir) -> None:
     tmp = run.root / "final.tmp"
     if trainer.args.should_save and tmp.exists():
         shutil.rmtree(tmp)  # left by a save that was killed half-way
-    if sharded_checkpoints(trainer):  # each rank holds a shard: gather them (every rank), rank 0 writes the model
-        trainer._save(str(tmp), state_dict=trainer.accelerator.get_state_dict(trainer.model))
-    else:
-        trainer.save_model(str(tmp))
+    save_whole_model(trainer, tmp)
     if trainer.args.should_save:
         tokenizer.save_pretrained(str(tmp))
         describe_final(tmp, cfg, trainer.state.global_step, run)

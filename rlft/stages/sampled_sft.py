@@ -345,6 +345,7 @@ class SampledSFT:
         from peft import PeftModel
 
         from rlft.models.loading import lora_config
+        from rlft.runtime.final import save_whole_model
         from rlft.runtime.sharding import is_fsdp
 
         ctx = self.ctx
@@ -375,7 +376,7 @@ class SampledSFT:
             model = self._unsharded(model)  # the next round samples with whole weights and shards anew
         if code == 0 and r < self.rounds:
             folder = self.adapter_dir(r)
-            trainer.save_model(str(folder))  # every rank: under FSDP the weights are gathered from all of them
+            save_whole_model(trainer, folder)  # every rank: under FSDP the weights are gathered from all of them
             if not trainer.args.should_save:
                 return code, model, trainer.state.global_step
             (folder / COMPLETE_MARKER).write_text("ok\n")

@@ -189,6 +189,8 @@ class RlftPPOTrainer(Trainer):
         return self.accelerator.unwrap_model(self.model).policy
 
     # --- saving: PEFT adapter (or full model) + value head --------------------------------------
+    gathers_to_save = True  # save_model gathers FSDP shards itself (runtime.final.save_whole_model)
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         output_dir = output_dir or self.args.output_dir
         self.accelerator.wait_for_everyone()

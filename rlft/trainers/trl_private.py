@@ -77,7 +77,7 @@ MEMBERS: tuple[Member, ...] = (
     Member(TRAINER, "_save_checkpoint", CALL, ("model", "trial"),
            "trainers/ppo.py, runtime/context.py: checkpoint now"),
     Member(TRAINER, "_save", CALL, ("output_dir", "state_dict"),
-           used_in="rlft/runtime/final.py (FSDP full fine-tuning: the gathered weights written as a plain model)"),
+           used_in="runtime/final.py (FSDP full fine-tuning: the gathered weights written as a plain model)"),
     Member(TRAINER, "_load_from_checkpoint", OVERRIDE, ("resume_from_checkpoint", "model"),
            "trainers/ppo.py: adapter + value head"),
     Member(TRAINER, "_load_from_checkpoint", CALL, ("resume_from_checkpoint",),
