@@ -217,6 +217,10 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":
         err("hw.num_processes", "more than one process needs hw.distributed_strategy ddp, fsdp or deepspeed")
+    machines = g("hw.num_machines")
+    if strategy == "fsdp" and isinstance(nproc, int) and isinstance(machines, int) and nproc * machines < 2:
+        err("hw.num_processes", "hw.distributed_strategy=fsdp shards over processes and needs at least 2 "
+                                "(hw.num_processes x hw.num_machines); use 2 or more, or a single-process profile")
     if isinstance(g("hw.num_machines"), int) and g("hw.num_machines") > 1 and not g("hw.main_process_ip"):
         if isinstance(d.get("slurm"), dict):
             err("hw.main_process_ip", "not set: fine for the SLURM script, which passes its first node's address; "
