@@ -159,6 +159,12 @@ class RunDir:
         return self.root / "completions.jsonl"
 
     @property
+    def eval_completions(self) -> Path:
+        """Each evaluation's samples of the fixed evaluation prompts (`eval-<i>` rows; the report shows them with
+        the training completions)."""
+        return self.root / "eval_completions.jsonl"
+
+    @property
     def health(self) -> Path:
         return self.root / "health.jsonl"
 

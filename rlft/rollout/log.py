@@ -68,8 +68,9 @@ class CompletionLog:
 
 
 def write_eval_samples(path: str | Path, step: int, prompts: Sequence[Any], samples: Sequence[Mapping]) -> None:
-    """Append one evaluation's samples to completions.jsonl: `prompt_id` `eval-<i>` (the i-th evaluation prompt, the
-    same at every evaluation, so the report lines one prompt's answers up across steps) and `split: eval`."""
+    """Append one evaluation's samples to `path` (the run's eval_completions.jsonl): `prompt_id` `eval-<i>` (the i-th
+    evaluation prompt, the same at every evaluation, so the report lines one prompt's answers up across steps) and
+    `split: eval`."""
     from rlft.data.messages import as_text
 
     with open(path, "a") as f:

@@ -56,7 +56,7 @@ class PreferenceEval:
         """eval.start from the policy as this stage starts it. On --resume the trainer still holds that policy
         here (the checkpoint loads when training begins), so the same seed measures the same number again."""
         self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
-        self.completions = ctx.run.completions  # each evaluation's samples, as `eval-<i>` rows
+        self.completions = ctx.run.eval_completions  # each evaluation's samples, as `eval-<i>` rows
         if self.eval_rows:
             ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows, 0)
 

@@ -308,8 +308,9 @@ class SampledSFT:
         With a step, each prompt's first sample goes to completions.jsonl as an `eval-<i>` row."""
         from rlft.rollout import EVAL_SEED_OFFSET, evaluation
 
-        return evaluation(self.tokenizer, self.suite, prompts, columns, self.n,
-                          self._params(self.cfg.train.seed + EVAL_SEED_OFFSET), self.ctx.run.completions)(model, step)
+        params = self._params(self.cfg.train.seed + EVAL_SEED_OFFSET)
+        return evaluation(self.tokenizer, self.suite, prompts, columns, self.n, params,
+                          self.ctx.run.eval_completions)(model, step)
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):

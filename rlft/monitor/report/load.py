@@ -344,7 +344,7 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
         raise ReportInputError(f"{path}: not a folder (give the run folder, e.g. runs/grpo-20250101-120000, or a "
                                f"jsonl of completion rows)")
     files = {n: path / n for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "health.jsonl",
-                                   "reward_logs.jsonl", "summary.json")}
+                                   "reward_logs.jsonl", "summary.json", "eval_completions.jsonl")}
     if not any(files[n].is_file() for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "summary.json")):
         raise ReportInputError(f"{path}: not an rlft run folder (no metrics.jsonl, completions.jsonl or summary.json)")
     problems: list = []
@@ -369,8 +369,10 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     source = "completions.jsonl"
     if not files[source].is_file() and files["samples.jsonl"].is_file():
         source, samples_only = "samples.jsonl", True
-    if files[source].is_file():
-        completions = load_completions(rows_of(source, completion_row_ok), max_chars)
+    evals = rows_of("eval_completions.jsonl", completion_row_ok)  # the fixed evaluation prompts, every evaluation
+    if files[source].is_file() or evals:
+        rows = rows_of(source, completion_row_ok) if files[source].is_file() else []
+        completions = load_completions(rows + evals, max_chars)
         fill_lengths(completions, find_tokenizer(path))
     return RunData(path=path, name=name or path.resolve().name, stage=stage, metrics=train_rows,
                    eval_metrics=eval_rows, health=rows_of("health.jsonl", health_row_ok),

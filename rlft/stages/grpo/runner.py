@@ -127,7 +127,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.completions)
+        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.eval_completions)
         if evaluation is not None:
             # on --resume the start was measured before the first checkpoint and travels in it
             start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None

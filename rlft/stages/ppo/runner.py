@@ -141,7 +141,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         from rlft.trainers.ppo import RlftPPOTrainer
 
         if evaluation is not None:
-            evaluation.completions = ctx.run.completions  # each evaluation's samples, next to training's
+            evaluation.completions = ctx.run.eval_completions  # each evaluation's samples
 
         if suite is not None:
             suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
