@@ -18,8 +18,12 @@ def test_demo_learns(tmp_path):
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}")
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = read_jsonl(out / "metrics.jsonl")
+    every = read_jsonl(out / "metrics.jsonl")
+    rows = [r for r in every if "eval_reward" not in r]  # training rows, one per step
     assert [r["step"] for r in rows] == list(range(1, 61))
+    # grpo.eval_every unset: the held-out eval every 60 // 5 = 12 steps (not at the last: eval.end measures it)
+    evals = [r for r in every if "eval_reward" in r]
+    assert [r["step"] for r in evals] == [12, 24, 36, 48] and evals[-1]["eval_reward"] > evals[0]["eval_reward"]
     first = statistics.fmean(r["reward"] for r in rows[:10])
     last = statistics.fmean(r["reward"] for r in rows[-10:])
     assert first < 0.1 and last > 0.9, (first, last)
@@ -28,7 +32,7 @@ def test_demo_learns(tmp_path):
     fired = {h["rule"] for h in read_jsonl(out / "health.jsonl")}
     assert "entropy_collapse" not in fired, fired  # the demo learns; its low entropy is the answer, not a collapse
     assert all(isinstance(r["time"], float) and r["stage"] == "grpo" for r in rows)
-    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
+    assert [r["time"] for r in every] == sorted(r["time"] for r in every)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stage"] == "grpo" and summary["status"] == "finished" and summary["steps"] == 60
     assert summary["last"]["reward"] == rows[-1]["reward"] and summary["wall_s"] > 0
