@@ -26,7 +26,7 @@ def test_async_demo_learns_within_its_lag(tmp_path):
     out = tmp_path / "run"
     res = _train(out, "grpo.async.max_steps_off_policy=2")
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = read_jsonl(out / "metrics.jsonl")
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]  # the held-out eval's rows apart
     assert [r["step"] for r in rows] == list(range(1, 61))
     ok, numbers = _learned(rows)
     assert ok, numbers
