@@ -45,7 +45,7 @@ def test_streaming_demo_learns(tmp_path):
     out = tmp_path / "run"
     res = _train(out, "grpo.stream_minibatch.num_minibatches=2")
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = read_jsonl(out / "metrics.jsonl")
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]  # the held-out eval's rows apart
     assert len(rows) == 60
     ok, numbers = _learned(rows)
     assert ok, numbers
