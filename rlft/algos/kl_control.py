@@ -27,12 +27,7 @@ def adaptive_kl_update(
     return coef * (1.0 + proportional_error * n_steps / horizon)
 
 
-HORIZON_FRACTION = 10  # an unset horizon is the run's steps / this
-
-
-def default_horizon(total_steps: int) -> int:
-    """The horizon (in steps) of a run of `total_steps` steps when the config leaves it unset."""
-    return max(1, -(-int(total_steps) // HORIZON_FRACTION))
+from rlft.config.kl_horizon import HORIZON_FRACTION, default_horizon  # noqa: E402,F401 - the config's rule
 
 
 def steps_to_reach(ratio: float, horizon: float) -> float:

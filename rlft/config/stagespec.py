@@ -57,7 +57,7 @@ def kl_control_note(section: str, coef: float, target: float, adaptive: bool, ho
     if not adaptive or not coef > 0:
         return None
     if horizon is None:
-        from rlft.algos.kl_control import default_horizon  # plain Python: the trainers' own rule
+        from rlft.config.kl_horizon import default_horizon  # the trainers' own rule
 
         horizon, why = default_horizon(total_steps), f"a tenth of the run's {total_steps} {unit}"
     else:
