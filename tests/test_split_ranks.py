@@ -63,6 +63,10 @@ def _whiten_worker(rank: int, world: int, out_dir: str) -> None:
                                              gamma=1.0, lam=0.95, sum_over_processes=lambda t: reduce(t, "sum"))
     parts = gather(adv.tolist(), world)  # every rank gets every rank's rows, in rank order
     torch.save(torch.tensor([row for part in parts for row in part]), os.path.join(out_dir, f"rank{rank}.pt"))
+    # leave as rlft's launched ranks do (rlft.runtime.ranks.exit_rank): gloo's teardown at interpreter exit can
+    # abort a process that finished ("terminate called without an active exception")
+    dist.destroy_process_group()
+    os._exit(0)
 
 
 def _batch():
