@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.run import RunDir
+from rlft.runtime.sharding import is_fsdp
 
 
 def describe_final(folder: Path, cfg: RlftConfig, steps: int, run: RunDir) -> None:
@@ -31,7 +32,7 @@ def describe_final(folder: Path, cfg: RlftConfig, steps: int, run: RunDir) -> No
 def sharded_checkpoints(trainer) -> bool:
     """FSDP with sharded checkpoints (full fine-tuning): transformers' save_model writes no weights then."""
     plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
-    return trainer.accelerator.distributed_type.value == "FSDP" and "SHARDED" in str(plugin.state_dict_type)
+    return is_fsdp(trainer.accelerator) and "SHARDED" in str(plugin.state_dict_type)
 
 
 def save_whole_model(trainer, folder) -> None:

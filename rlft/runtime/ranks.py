@@ -8,6 +8,7 @@ import json
 import sys
 
 from rlft.run import RunDir
+from rlft.runtime.sharding import is_fsdp
 
 
 def check_ranks_in_sync(trainer, run: RunDir) -> None:
@@ -17,7 +18,7 @@ def check_ranks_in_sync(trainer, run: RunDir) -> None:
     import torch
 
     model = acc.unwrap_model(trainer.model)
-    if acc.distributed_type.value == "FSDP":
+    if is_fsdp(acc):
         return
     total = sum(p.detach().double().sum() for p in model.parameters() if p.requires_grad)
     sums = acc.gather(torch.as_tensor(total, device=acc.device).reshape(1)).tolist()

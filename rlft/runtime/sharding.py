@@ -87,7 +87,7 @@ def distributed_block(cfg: RlftConfig, accelerator, model) -> dict:
         sharded_all = accelerator.gather(torch.tensor([sharded], device=accelerator.device)).tolist()
     else:
         locals_, sharded_all = [local], [sharded]
-    fsdp = accelerator.distributed_type.value == "FSDP"
+    fsdp = is_fsdp(accelerator)
     return {
         "strategy": "fsdp" if fsdp else ("ddp" if world > 1 else "none"),
         "fsdp_version": accelerator.state.fsdp_plugin.fsdp_version if fsdp else None,

@@ -43,6 +43,7 @@ from rlft.algos import (
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.monitor.metrics import eval_row
+from rlft.runtime.sharding import is_fsdp
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.offpolicy import (
@@ -194,7 +195,7 @@ class RlftPPOTrainer(Trainer):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         output_dir = output_dir or self.args.output_dir
         self.accelerator.wait_for_everyone()
-        sharded = self.accelerator.distributed_type.value == "FSDP"
+        sharded = is_fsdp(self.accelerator)
         # FSDP: every rank takes part in gathering the weights, rank 0 gets them all (on the CPU)
         state = self.accelerator.get_state_dict(self.model) if sharded else None
         if not self.args.should_save:
@@ -224,7 +225,7 @@ class RlftPPOTrainer(Trainer):
         """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
         from rlft.models.weights import load_weights_into
 
-        if self.accelerator.distributed_type.value == "FSDP":  # the checkpoint's whole-model file, into the shards
+        if is_fsdp(self.accelerator):  # the checkpoint's whole-model file, into the shards
             from accelerate.utils import load_fsdp_model
 
             load_fsdp_model(self.accelerator.state.fsdp_plugin, self.accelerator, self.model, str(ckpt))
