@@ -216,6 +216,8 @@ class MonitorConfig:
     grad_norm_critical: float = F(10.0, "Gradient norm above this (or NaN) is critical.", gt=0)
     kl_warn: float = F(0.2, "KL to the reference above this is a warning.", gt=0)
     kl_critical: float = F(0.3, "KL to the reference above this is critical.", gt=0)
+    kl_window: int = F(3, "The KL rules read the mean of the last this many logged KL values: one batch's estimate "
+                          "(k1 over a few hundred tokens) spikes on a single odd sample; 1 = each value alone.", ge=1)
     entropy_critical: float = F(1.0, "Policy entropy below this is critical (PPO/GRPO).", ge=0)
     kl_sample_train_warn: float = F(0.01, "kl_sample_train_v2 above this means sampler and learner disagree.", gt=0)
     ess_warn: float = F(0.1, "AWR: effective sample size (sum w)^2 / (N sum w^2) below this warns: the weights "

@@ -61,12 +61,15 @@ def _grad_norm(r: dict, m) -> list[Firing]:
 
 
 def _kl_policy_ref(r: dict, m) -> list[Firing]:
-    kl = r.get("kl_policy_ref")
+    # the monitor adds the mean of the last `monitor.kl_window` values; a lone record is read as it is
+    kl = r.get("kl_policy_ref_window", r.get("kl_policy_ref"))
+    over = f" (mean of the last {m.kl_window} steps)" if "kl_policy_ref_window" in r and m.kl_window > 1 else ""
     if isinstance(kl, (int, float)) and kl > m.kl_critical:
         return [Firing("kl_critical", "critical", "kl_policy_ref", kl, m.kl_critical,
-                       "policy drifting from the reference: raise the KL coefficient or lower the learning rate")]
+                       f"policy drifting from the reference{over}: raise the KL coefficient or lower the learning "
+                       "rate")]
     if isinstance(kl, (int, float)) and kl > m.kl_warn:
-        return [Firing("kl_high", "warning", "kl_policy_ref", kl, m.kl_warn, "KL to the reference is high")]
+        return [Firing("kl_high", "warning", "kl_policy_ref", kl, m.kl_warn, f"KL to the reference is high{over}")]
     return []
 
 
@@ -166,6 +169,7 @@ class HealthMonitor(TrainerCallback):
         self._initial_state = None
         self._train_rewards: list[float] = []  # the training reward of each step, for the train/eval gap
         self._gap_fired = False
+        self._kls: list[float] = []  # the KL rules' window
 
     def attach(self, trainer, ctx) -> None:
         self.trainer, self.ctx = trainer, ctx
@@ -197,7 +201,16 @@ class HealthMonitor(TrainerCallback):
                        f"by {eval_gain:+.3g}: the policy may be exploiting the reward (reward hacking) or overfitting "
                        f"the training prompts; compare the eval completions in the report")]
 
+    def _with_kl_window(self, record: dict) -> dict:
+        """The record with `kl_policy_ref_window`, the mean KL of its last `monitor.kl_window` logged steps."""
+        kl = record.get("kl_policy_ref")
+        if not isinstance(kl, (int, float)) or _bad(kl):
+            return record
+        self._kls = (self._kls + [float(kl)])[-self.cfg.monitor.kl_window:]
+        return {**record, "kl_policy_ref_window": sum(self._kls) / len(self._kls)}
+
     def check(self, record: dict, control, write: bool = True) -> None:
+        record = self._with_kl_window(record)
         for f in evaluate_rules(record, self.cfg) + self._gap(record):
             action = self.action_for(f.level)
             if action == "rollback" and self.rollbacks >= self.cfg.monitor.max_rollbacks:
@@ -223,6 +236,7 @@ class HealthMonitor(TrainerCallback):
 
     def rollback(self, step, write: bool = True) -> None:
         """Reload the newest complete checkpoint's weights (or the initial ones), scale the LR down."""
+        self._kls = []  # the reloaded policy starts a new window
         import torch
         self.rollbacks += 1
         trainer = self.trainer
