@@ -27,6 +27,19 @@ def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
                           capture_output=True, text=True, timeout=timeout)
 
 
+class RecordingConsole:
+    """A stand-in for the run console that keeps each message (health-rule tests)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def alert(self, level):
+        pass
+
+    def message(self, text, style=None):
+        self.lines.append(text)
+
+
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

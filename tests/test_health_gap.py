@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, RecordingConsole
 from rlft.monitor.health import HealthMonitor, train_eval_gap
 
 
@@ -21,24 +21,13 @@ def test_gap_worked_numbers():
     assert train_eval_gap(rising, 0.2, 0.2, 0.0) is None                         # rule off
 
 
-class _Console:
-    def __init__(self):
-        self.lines = []
-
-    def alert(self, level):
-        pass
-
-    def message(self, text, style=None):
-        self.lines.append(text)
-
-
 def _monitor(tmp_path):
     from rlft.config.compose import compose
     from rlft.config.validate import validate
 
     cfg = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"], []))[0]
     run = SimpleNamespace(health=tmp_path / "health.jsonl")
-    monitor = HealthMonitor(cfg, run, _Console())
+    monitor = HealthMonitor(cfg, run, RecordingConsole())
     monitor.ctx = SimpleNamespace(eval={"start": {"reward_mean": 0.2}})
     return monitor
 

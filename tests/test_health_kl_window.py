@@ -7,19 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, RecordingConsole
 from rlft.monitor.health import HealthMonitor, RunStopped, evaluate_rules
-
-
-class _Console:
-    def __init__(self):
-        self.lines = []
-
-    def alert(self, level):
-        pass
-
-    def message(self, text, style=None):
-        self.lines.append(text)
 
 
 def _monitor(tmp_path, *overrides):
@@ -27,7 +16,7 @@ def _monitor(tmp_path, *overrides):
     from rlft.config.validate import validate
 
     cfg = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"], list(overrides)))[0]
-    return HealthMonitor(cfg, SimpleNamespace(health=tmp_path / "health.jsonl"), _Console())
+    return HealthMonitor(cfg, SimpleNamespace(health=tmp_path / "health.jsonl"), RecordingConsole())
 
 
 def _feed(monitor, kls):
