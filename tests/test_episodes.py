@@ -130,7 +130,29 @@ def test_chat_toolsim_episode_renders_with_tools(tiny):
     model, tok = tiny
     env = ToolSim(variant="chat", steps=2)
     (ep,) = run_episodes(model, tok, [SafeEnv(env, "toolsim")], [{"task_id": 1}], [3], SamplingParams(max_new_tokens=4),
-                         max_turns=2, max_seq_length=1024)
+                         max_turns=2, max_seq_length=2048)
     assert ep.length == 2 and ep.messages[1]["content"].startswith("Look up")
+    # the tiny template drops tools= (as SmolLM2's does): the schemas reach the model in the system message
+    opening = tok.decode(ep.prompt_ids)
+    assert "Tools you can call" in opening and '"name":"finish"' in opening
     assert ep.turns[-1]["components"]["task_failed"] == -5.0  # random text: no valid call in two turns
     assert ep.turns[0]["observation"] == [{"role": "tool", "content": "error: not a valid tool call"}]
+
+
+def test_tools_go_to_the_template_when_it_renders_them():
+    from transformers import AutoTokenizer
+
+    from rlft.rollout.episodes import _template, template_renders_tools, tools_in_system_message
+    from rlft.tiny import ensure_tiny_model
+
+    tools = [{"type": "function", "function": {"name": "finish", "parameters": {}}}]
+    tok = AutoTokenizer.from_pretrained(ensure_tiny_model())
+    tok.chat_template = ("{% if tools %}TOOLS:{{ tools | length }}\n{% endif %}"
+                         "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+    msgs = [{"role": "user", "content": "Finish."}]
+    assert template_renders_tools(tok, tools)
+    assert _template(tok, msgs, tools, False, False) == "TOOLS:1\nuser: Finish.\n"  # the template's own rendering
+    # a conversation without a system message gets one holding the schemas; one with a system message keeps it first
+    assert tools_in_system_message(msgs, tools)[0]["role"] == "system"
+    with_system = tools_in_system_message([{"role": "system", "content": "Be brief."}, *msgs], tools)
+    assert with_system[0]["content"].startswith("Be brief.\n\nTools you can call") and with_system[1:] == msgs

@@ -1,7 +1,8 @@
 """Multi-turn episodes: the policy acts, the environment answers, until it is done.
 
 One episode is one token sequence: the opening prompt (the env's `reset` messages through the chat
-template, with `tools=` when the env has tools), then per turn the sampled action tokens followed by
+template, with `tools=` when the env has tools, or the tool schemas in the system message when the template
+does not render `tools=`), then per turn the sampled action tokens followed by
 the *bridge*: the template text that closes the assistant turn and renders the observation messages
 and the next generation prompt. The bridge is found by rendering the conversation with a placeholder
 as the action and taking the text after it, so any chat template works without being prefix-stable,
@@ -18,6 +19,9 @@ reward is the env's failure_reward and the episode counts as `failed`).
 
 from __future__ import annotations
 
+import json
+import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -78,7 +82,37 @@ class Episode:
     _opening: int = 0
 
 
+_RENDERS_TOOLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> its template shows tools=
+
+
+def template_renders_tools(tokenizer, tools) -> bool:
+    """Whether the tokenizer's chat template shows `tools=` at all: many drop them without a word (SmolLM2's)."""
+    if tokenizer not in _RENDERS_TOOLS:
+        probe = [{"role": "user", "content": "x"}]
+        try:
+            shown = (tokenizer.apply_chat_template(probe, tools=tools, tokenize=False)
+                     != tokenizer.apply_chat_template(probe, tokenize=False))
+        except Exception:  # a template that fails on tools= cannot show them either
+            shown = False
+        _RENDERS_TOOLS[tokenizer] = shown
+        if not shown:
+            print("rlft: the chat template does not render tools=, so the env's tool schemas go into the system "
+                  "message as JSON", file=sys.stderr)
+    return _RENDERS_TOOLS[tokenizer]
+
+
+def tools_in_system_message(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The conversation with the tool schemas appended to its system message (one is added when it has none)."""
+    schemas = (json.dumps(t, sort_keys=True, separators=(",", ":")) for t in tools)  # compact: fewer tokens
+    block = "Tools you can call, as JSON schemas:\n" + "\n".join(schemas)
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": messages[0]["content"] + "\n\n" + block}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
 def _template(tokenizer, messages: list[dict], tools, generation_prompt: bool, tokenize: bool):
+    if tools and not template_renders_tools(tokenizer, tools):
+        messages, tools = tools_in_system_message(messages, tools), None  # the model must see its tools somewhere
     kwargs = {"tools": tools} if tools else {}
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=tokenize,
                                         **({"return_dict": True} if tokenize else {}), **kwargs)
