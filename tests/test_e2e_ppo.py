@@ -11,7 +11,7 @@ pytestmark = pytest.mark.e2e
 DEMO = "configs/examples/ppo_demo.yaml"
 REQUIRED = ["step", "reward", "reward_std", "rewards/char_fraction/mean", "loss", "policy_loss", "value_loss",
             "entropy", "approx_kl", "clipfrac", "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef",
-            "advantage_mean", "return_mean", "completion_length", "episodes", "grad_norm", "learning_rate"]
+            "advantage_mean", "return_mean", "completion_length", "episodes", "grad_norm", "learning_rate", "step_time"]
 
 
 def test_demo_learns(tmp_path):

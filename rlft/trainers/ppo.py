@@ -597,8 +597,10 @@ class RlftPPOTrainer(Trainer):
                 self._clock.begin()
                 self._async_metrics = {}
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
+            started = time.perf_counter()
             batch = self.rollout(self.state.global_step)
             metrics = {**batch.metrics, **self.optimize(batch)}
+            metrics["step_time"] = time.perf_counter() - started  # sampling and optimizing, as TRL's GRPO rows
             if self._worker is not None:
                 metrics.update(self._async_metrics, **self._clock.end(self._worker.sampling_spans(time.perf_counter())))
             kl = metrics.get("kl_policy_ref")
