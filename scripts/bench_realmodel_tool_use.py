@@ -31,10 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("RLFT_CACHE", ROOT / ".cache" / "rlft")) / "realmodel"
 DEFAULT_MODEL = CACHE / "smollm2-135m-instruct"
-REWARD = HERE / "realmodel" / "toolsim_chat_reward.py"
+REWARD = ROOT / "rlft" / "configs" / "examples" / "rewards" / "toolsim_first_action.py"
 
 
 def rows(task_ids, seed_of) -> list[dict]:
@@ -98,6 +97,7 @@ stages:
       max_prompt_length: 400
     rewards:
       - fn: {REWARD}:first_action_success
+        kwargs: {{variant: chat}}
   - stage: ppo                       # tool_use_ppo.yaml's episode settings, on the real model
     env:
       name: toolsim

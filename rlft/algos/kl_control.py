@@ -18,6 +18,10 @@ token is the staged guide's value; old TRL's target of 6 was a per-sequence sum)
 
 from __future__ import annotations
 
+import math
+
+from rlft.config.kl_horizon import HORIZON_FRACTION, default_horizon  # noqa: F401 - the config's rule, re-exported
+
 
 def adaptive_kl_update(
     coef: float, current_kl: float, target_kl: float, n_steps: int, horizon: float
@@ -27,12 +31,8 @@ def adaptive_kl_update(
     return coef * (1.0 + proportional_error * n_steps / horizon)
 
 
-from rlft.config.kl_horizon import HORIZON_FRACTION, default_horizon  # noqa: E402,F401 - the config's rule
-
-
 def steps_to_reach(ratio: float, horizon: float) -> float:
     """Steps the controller needs to scale the coefficient by `ratio` (> 0) at full error (±20%)."""
-    import math
 
     per_step = 1.0 + (0.2 if ratio >= 1 else -0.2) / horizon
     return math.log(ratio) / math.log(per_step)
