@@ -181,12 +181,14 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 
 
 def _memory_warning(cfg, composed, hw: str) -> None:
-    """validate-config names a planned peak above the device's memory (silent without the model's config.json)."""
+    """validate-config names a planned peak above the device's memory (silent without the model's config.json).
+    It plans at the config's limits: no tokenizer or data read, and a warning for the worst case any data
+    within the limits can reach; `rlft plan` adds the peak of the data itself."""
     from rlft.plan import plan_for
     from rlft.plan.model_shape import ShapeError
 
     try:
-        plan = plan_for(cfg, hw)
+        plan = plan_for(cfg, hw, from_data=False)
     except ShapeError:
         return
     if plan.fits is False:
@@ -195,16 +197,18 @@ def _memory_warning(cfg, composed, hw: str) -> None:
         top = ", ".join(f"{name} {share:.0%}" for name, share in dominant(plan))
         _print_problems([Problem("hw.device_memory_gb", composed.layer_of("hw.device_memory_gb"),
                                  f"planned peak {plan.peak / 2**30:.1f} GiB per device does not fit in "
-                                 f"{plan.device_bytes / 2**30:.1f} GiB ({top}); `rlft plan` with the same "
-                                 f"arguments shows every term and what to change first", level="warning")])
+                                 f"{plan.device_bytes / 2**30:.1f} GiB at the config's limits ({top}); `rlft plan` "
+                                 f"with the same arguments shows every term, the peak of this data and what to "
+                                 f"change first", level="warning")])
 
 
 @app.command("plan")
 def plan_cmd(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
              overrides: Optional[List[str]] = OVERRIDES_ARG,
              json_out: bool = typer.Option(False, "--json", help="One JSON object: peak_gb, terms, device_gb, "
-                                                                 "fits.")) -> None:
-    """Plan the peak memory per device, term by term, from the config and the model's config.json (no torch)."""
+                                                                 "fits, basis (data or limits), worst_case.")) -> None:
+    """Plan the peak memory per device, term by term, from the config, the model's config.json and the training
+    data's token lengths (no torch); the worst case at the config's limits too."""
     from rlft.plan import plan_for
     from rlft.plan.model_shape import ShapeError
     from rlft.plan.render import report
@@ -432,7 +436,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     stage = stage or run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
     files, own = list(config or []), None
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
-        files = [own := eval_config_file(tgt.run_root, stage)]
+        with _exits():  # e.g. a link planted where it goes: one line
+            files = [own := eval_config_file(tgt.run_root, stage)]
     try:
         cfg, _ = _load(stage, "cpu", files, overrides, trains=False)  # samples and scores only
     finally:
@@ -649,7 +654,10 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
 
     files, own = list(config or []), None
     with _exits():
-        check_sources(from_run, completions, sample, out, force)
+        check_sources(from_run, completions, sample, out, force, max_prompts)
+        # the paths named here, as meant now: a reward's code (imported below) may chdir, which must not move them
+        shown, out = out, Path(os.path.abspath(out))
+        from_run, completions = (None if p is None else Path(os.path.abspath(p)) for p in (from_run, completions))
         if from_run is not None:  # the run's own config first: its data rows, and its rewards unless -c sets others
             stage = stage or run_stage(from_run)
             own = run_config_file(from_run, stage)
@@ -661,7 +669,8 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
             own.unlink(missing_ok=True)
     with _exits():
         code = try_rewards(cfg, composed, from_run=from_run, completions=completions, sample=sample,
-                           max_prompts=max_prompts, out=out, strict=strict, echo=typer.echo)
+                           max_prompts=max_prompts, out=out, strict=strict, echo=typer.echo, force=force,
+                           shown=shown)
     raise typer.Exit(code)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
+from rlft.config.validate import CONTROL
 from rlft.folders import MARKER, mark, read_marker
 from rlft.launch import LAUNCHED_ENV, accelerate_command, replace_hw
 from rlft.run import (RUN_KIND, RunError, RunOptions, check_run_dir, check_writable, default_output_dir,
@@ -55,6 +56,13 @@ def as_accelerate_launch(cmd: list[str]) -> list[str]:
     if len(cmd) > 2 and cmd[1:3] == ["-m", "accelerate.commands.launch"]:
         return ["accelerate", "launch", *cmd[3:]]
     return cmd
+
+
+def _one_line(text: str) -> str:
+    """`text` for a comment line (of the script or the printed plan): each control character written as Python
+    writes it (`\\n`), so no value can end the line and have the rest run. Validation refuses them in the config's
+    values; a folder found on disk (a bare --resume) may still hold one."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _quote(token: str) -> str:
@@ -97,17 +105,18 @@ def launch_lines(cfg: RlftConfig, hw: str, args: list[str], root: Path, named: b
     """The printed plan: a header, then the plain command (one process) or one launch line per machine."""
     folder = str(root) if named else f"{Path(default_output_dir(cfg.stage)).parent}/{cfg.stage}-<timestamp>, named " \
                                      "when it starts"
-    lines = [f"# rlft train --dry-run: stage {cfg.stage}, {_describe(cfg, hw)}; run folder {folder}"]
+    lines = [f"# rlft train --dry-run: stage {cfg.stage}, {_describe(cfg, hw)}; run folder {_one_line(folder)}"]
     if not is_multi(cfg):
         return lines + [shlex.join(["rlft", *args])]
     h = cfg.hw
     lines.append("# `rlft train` checks, creates and locks the run folder and writes its config.yaml, then starts "
                  "the line(s) below; run by hand, they skip that")
     if "--overwrite" in args:
-        lines.append(f"# --overwrite: `rlft train` moves the run in {root} to {root}.old before it starts them")
+        lines.append(_one_line(f"# --overwrite: `rlft train` moves the run in {root} to {root}.old before it starts "
+                               "them"))
     if h.num_machines > 1:
-        lines.append(f"# each machine runs its own line (they differ only in its rank); machine 0 is reached at "
-                     f"{h.main_process_ip or '<hw.main_process_ip>'}:{h.main_process_port}")
+        lines.append(_one_line(f"# each machine runs its own line (they differ only in its rank); machine 0 is "
+                               f"reached at {h.main_process_ip or '<hw.main_process_ip>'}:{h.main_process_port}"))
         if not h.main_process_ip:
             lines.append("# warning: hw.main_process_ip is not set: every machine needs machine 0's address "
                          "(hw.main_process_ip=ADDRESS); the SLURM script passes its first node's")
@@ -147,7 +156,7 @@ def slurm_run_folder(cfg: RlftConfig, opts: RunOptions) -> Path:
 
 
 def job_name(cfg: RlftConfig, root: Path) -> str:
-    return cfg.slurm.job_name or re.sub(r"\s+", "_", root.name) or f"rlft-{cfg.stage}"
+    return cfg.slurm.job_name or re.sub(r"[\s\x00-\x1f\x7f-\x9f]+", "_", root.name) or f"rlft-{cfg.stage}"
 
 
 def sbatch_script(cfg: RlftConfig, args: list[str], root: Path, cwd: Path) -> str:
@@ -157,14 +166,14 @@ def sbatch_script(cfg: RlftConfig, args: list[str], root: Path, cwd: Path) -> st
     gpus = s.gpus_per_node if s.gpus_per_node is not None else (h.num_processes if h.device == "cuda" else 0)
     path = root / SBATCH_NAME
     lines = ["#!/bin/bash",
-             f"# rlft: stage {cfg.stage}, run folder {root}; written by `rlft train --dry-run`, submit with: "
-             f"sbatch {shlex.quote(str(path))}",
-             f"#SBATCH --job-name={job_name(cfg, root)}",
+             _one_line(f"# rlft: stage {cfg.stage}, run folder {root}; written by `rlft train --dry-run`, submit "
+                       f"with: sbatch {shlex.quote(str(path))}"),
+             _one_line(f"#SBATCH --job-name={job_name(cfg, root)}"),
              f"#SBATCH --nodes={s.nodes or h.num_machines}",
              "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH --gpus-per-node={gpus}"] if gpus else []
-    lines += [f"#SBATCH --partition={s.partition}"] if s.partition else []
-    lines.append(f"#SBATCH --time={s.time.strip()}")
+    lines += [_one_line(f"#SBATCH --partition={s.partition}")] if s.partition else []
+    lines.append(_one_line(f"#SBATCH --time={s.time.strip()}"))
     lines += [f"#SBATCH --cpus-per-task={s.cpus_per_task}"] if s.cpus_per_task else []
     lines += [line for line in s.extra if line.lstrip().startswith("#SBATCH")]
     lines += ["", "set -e", f"cd {shlex.quote(str(cwd))}"]
@@ -177,7 +186,7 @@ def sbatch_script(cfg: RlftConfig, args: list[str], root: Path, cwd: Path) -> st
         lines += ['MAIN_IP=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)', "export MAIN_IP"]
         keep += [f"hw.machine_rank={_RANK}", f"hw.main_process_ip={_MAIN_IP}"]
     inner = " ".join(map(_quote, ["rlft", *keep, f"train.output_dir={root}"]))
-    lines.append(f"srun bash -c {shlex.quote(inner)}")
+    lines.append(f"srun bash -c {shlex.quote(inner)}")  # every value inside quotes, line breaks included
     return "\n".join(lines) + "\n"
 
 
@@ -208,7 +217,7 @@ def dry_run(cfg: RlftConfig, opts: RunOptions, hw: str, argv: list[str], cwd: Pa
     path = write_script(root, sbatch_script(cfg, args, root, cwd))
     lines = launch_lines(cfg, hw, args, root, True)
     nodes = cfg.hw.num_machines
-    lines += [f"# SLURM ({nodes} node{'s' if nodes != 1 else ''}, one task each running its node's line): "
-              f"the job script is {path}; submit it with:",
+    lines += [_one_line(f"# SLURM ({nodes} node{'s' if nodes != 1 else ''}, one task each running its node's "
+                        f"line): the job script is {path}; submit it with:"),
               shlex.join(["sbatch", str(path)])]
     return DryRun("\n".join(lines) + "\n", path)

@@ -5,9 +5,11 @@ rollout layer and reward suite as training, so an eval number means what the tra
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +84,9 @@ def run_config(run_root: Path | None) -> dict:
     return data
 
 
+EVAL_CONFIG_NAME = ".rlft-eval-config.yaml"
+
+
 def eval_config_file(run_root: Path, stage: str) -> Path:
     """The run's resolved config.yaml cut to what eval reads (model, data, rewards, train, the stage's own
     section), written beside it so relative paths keep their meaning; the caller deletes it."""
@@ -91,8 +96,20 @@ def eval_config_file(run_root: Path, stage: str) -> Path:
 
     data = run_config(run_root)
     keep = {"model", "data", "rewards", "train", "lora", SPECS[stage].section if stage in SPECS else stage}
-    path = run_root / ".rlft-eval-config.yaml"
-    path.write_text(yaml.safe_dump({k: v for k, v in data.items() if k in keep}, sort_keys=False))
+    path = run_root / EVAL_CONFIG_NAME
+    if path.is_symlink():  # planted in the run folder: writing through it would replace whatever it points to
+        raise RunError(f"{path} is a symbolic link (to {os.readlink(path)}): rlft writes the run's config there for "
+                       f"this command and does not write through links; remove the link")
+    # a new file (O_EXCL: never an existing file or link) renamed over the name: a link or hard link planted there
+    # after the check is replaced, never written through
+    fd, tmp = tempfile.mkstemp(prefix=f"{EVAL_CONFIG_NAME}.", suffix=".tmp", dir=run_root)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(yaml.safe_dump({k: v for k, v in data.items() if k in keep}, sort_keys=False))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

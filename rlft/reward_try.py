@@ -24,6 +24,10 @@ class TryError(Exception):
     """Bad input to `rlft rewards try` (exit 2); the message is one line naming the file or option."""
 
 
+MAX_SAMPLE = 256       # --sample: completions per prompt (the sampling stages' num_samples_per_prompt allows 256)
+MAX_PROMPTS = 4096     # --max-prompts
+
+
 @dataclass
 class Item:
     """One completion to score, and what its source logged about it."""
@@ -40,13 +44,14 @@ class Item:
 
 # -- inputs ------------------------------------------------------------------------------------------
 def check_sources(from_run: Path | None, completions: Path | None, sample: int | None, out: Path,
-                  force: bool) -> None:
+                  force: bool, max_prompts: int | None = None) -> None:
     """Exactly one source that exists, and an output file that may be written; before any work."""
     given = [name for name, v in (("--from-run", from_run), ("--completions", completions), ("--sample", sample))
              if v is not None]
     if len(given) != 1:
         raise TryError("give one source of completions: --from-run RUN, --completions FILE or --sample N"
                        + (f" (got {' and '.join(given)})" if given else ""))
+    check_counts(sample, max_prompts if sample is not None else None)
     if from_run is not None:
         if not from_run.is_dir():
             raise TryError(f"--from-run {from_run}: no such run folder")
@@ -65,6 +70,14 @@ def check_sources(from_run: Path | None, completions: Path | None, sample: int |
         raise TryError(str(exc)) from None
 
 
+def check_counts(sample: int | None, max_prompts: int | None) -> None:
+    """--sample and --max-prompts within their ranges, before anything is loaded (a model loaded for nothing, or
+    room for 10**12 completions asked of it)."""
+    for flag, value, most in (("--sample", sample, MAX_SAMPLE), ("--max-prompts", max_prompts, MAX_PROMPTS)):
+        if value is not None and not 1 <= value <= most:
+            raise TryError(f"{flag} {value} is out of range; expected an integer between 1 and {most}")
+
+
 def run_log(run: Path) -> Path:
     """A run's completion rows: completions.jsonl, or samples.jsonl of RS-SFT/AWR."""
     return run / "completions.jsonl" if (run / "completions.jsonl").is_file() else run / "samples.jsonl"
@@ -80,11 +93,14 @@ def run_stage(run: Path) -> str:
 def run_config_file(run: Path, stage: str) -> Path:
     """The run's config (model, data, rewards, ...) as a layer file beside it; the caller deletes it."""
     from rlft.posttrain import eval_config_file
+    from rlft.run import RunError
 
     try:
         return eval_config_file(run, stage)
     except OSError as exc:
         raise TryError(f"--from-run {run}: cannot write its config layer there: {exc.strerror or exc}") from None
+    except RunError as exc:  # a link planted where the layer goes
+        raise TryError(f"--from-run {run}: {exc}") from None
 
 
 def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
@@ -115,6 +131,47 @@ def _text_or_messages(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, list) and all(isinstance(m, dict) for m in value))
 
 
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _score_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def row_problem(row: dict, step_key: str = "step") -> str | None:
+    """What makes a logged (or hand-written) row unusable: a step or prompt id that is not one, a logged score that
+    is not a number; None when it is fine. Said as `FILE:LINE: ...` by the caller."""
+    step = row.get(step_key, 0)
+    if not _is_int(step):
+        return f"`{step_key}` is {_kind(step)}, not an integer"
+    pid = row.get("prompt_id")
+    if pid is not None and not (_is_int(pid) or isinstance(pid, str)):
+        return f"`prompt_id` is {_kind(pid)}, not an integer or a string"
+    rewards = row.get("rewards")
+    if rewards is not None:
+        if not isinstance(rewards, dict):
+            return f"`rewards` is {_kind(rewards)}, not an object of scores"
+        for name, score in rewards.items():
+            if not _score_or_none(score):
+                return f"`rewards.{name}` is {_kind(score)}, not a number or null"
+    if not _score_or_none(row.get("total")):
+        return f"`total` is {_kind(row['total'])}, not a number or null"
+    return None
+
+
+def _checked(path: Path, line: int, row: dict, step_key: str = "step") -> dict:
+    problem = row_problem(row, step_key)
+    if problem:
+        raise TryError(f"{path}:{line}: {problem} (a damaged row: mend or remove it)")
+    return row
+
+
 def _logged(item: Item, row: dict) -> Item:
     if isinstance(row.get("rewards"), dict) and "total" in row:
         item.logged, item.logged_rewards, item.logged_total = True, row["rewards"], row["total"]
@@ -139,6 +196,10 @@ def items_from_run(run: Path, cfg: RlftConfig) -> list[Item]:
     for line, row in rows:
         if not _text_or_messages(row.get("completion")):
             raise TryError(f"{path}:{line}: no completion text (rows of episodes are scored by their environment)")
+        _checked(path, line, row, "step" if "step" in row else "round")
+        if "prompt" in row and not _text_or_messages(row["prompt"]):
+            raise TryError(f"{path}:{line}: `prompt` is {_kind(row['prompt'])}, not text or chat messages "
+                           f"(a damaged row: mend or remove it)")
         pid = row.get("prompt_id")
         if pid not in where:
             raise TryError(f"{path}:{line}: prompt_id {pid!r} is not a row of data.train ({cfg.data.train}, "
@@ -167,6 +228,7 @@ def items_from_file(path: Path, prompt_column: str) -> list[Item]:
         if not _text_or_messages(row.get("completion")):
             raise TryError(f"{path}:{line}: no \"completion\" text")
         pid = data.pop("prompt_id", row.get("prompt_id"))
+        _checked(path, line, {**row, "prompt_id": pid})
         if pid is None:
             pid = ids.setdefault(json.dumps(prompt, sort_keys=True), len(ids))
         step = row.get("step", 0)
@@ -290,9 +352,12 @@ def write_rows(out: Path, items: list[Item], scored: Scored) -> None:
 
 def try_rewards(cfg: RlftConfig, composed, *, from_run: Path | None, completions: Path | None,
                 sample: int | None, max_prompts: int, out: Path, strict: bool,
-                echo: Callable[[str], None] = print) -> int:
+                echo: Callable[[str], None] = print, force: bool = True, shown: Path | None = None) -> int:
     """Score, print the statistics and the verdict, write the rows; 4 with `strict` when a reward failed or
-    has no signal, else 0."""
+    has no signal, else 0. `out` (and the sources) as resolved when the command started, before any reward code
+    ran (a reward may chdir); `shown`: `out` as the user wrote it; without `force` a file that appeared at `out`
+    meanwhile is not replaced."""
+    check_counts(sample, max_prompts if sample is not None else None)
     from rlft.rewards.trial import compare
     from rlft.run import RunError
     from rlft.stages.prompt_data import reward_suite
@@ -323,9 +388,12 @@ def try_rewards(cfg: RlftConfig, composed, *, from_run: Path | None, completions
         for line in compare(suite.names, scored.per_reward, scored.total, [it.logged_rewards for it in items],
                             [it.logged_total for it in items]):
             echo(line)
+    if not force and (out.exists() or out.is_symlink()):
+        raise TryError(f"-o file {shown or out} appeared while the rewards ran (was a reward's code writing it?); "
+                       f"not replaced: choose another path or pass --force")
     write_rows(out, items, scored)
     echo(trial.verdict())
-    echo(f"scored rows written to {out} (browse them: rlft report {out})")
+    echo(f"scored rows written to {shown or out} (browse them: rlft report {shown or out})")
     problems = trial.problems()
     if strict and problems:
         echo(f"--strict: {'; '.join(problems)}")

@@ -1,12 +1,23 @@
-"""`rlft plan` against the measured peak RSS of the same config: per stage, the planned peak (`rlft plan
---json`) and the peak resident memory of a short `rlft train` run (its own process, read with os.wait4),
-on CPU.
+"""`rlft plan` against the measured peak RSS of the same config, per case, on CPU.
 
-The runs are set up so that their real shapes reach the config's limits, which is what the plan assumes:
-prompts are cut to exactly the prompt budget (the budget is below the demo prompts' length, and
-data.too_long truncates), DPO pairs to dpo.max_length.
+Per case: the planned peak (`rlft plan --json`: from the data, and the worst case at the config's limits)
+and the peak resident memory of a short `rlft train` run (its own process, read with os.wait4).
 
-    python scripts/bench_plan.py [--model tiny|PATH] [--stages grpo,dpo,ppo] [--steps 2] [--set KEY=VALUE ...] [--json]
+Two kinds of case:
+- `grpo`, `dpo`, `ppo` (model --model, --steps steps): set up so that the real shapes reach the config's
+  limits, where the data basis and the limits agree: prompts are cut to exactly the prompt budget (the
+  budget is below the demo prompts' length, and data.too_long truncates), DPO pairs to dpo.max_length;
+- `grpo-demo` (the GRPO demo, 10 steps), `grpo-smollm2` (the GRPO demo on SmolLM2-135M-Instruct, 2 steps,
+  grpo.max_tokens=32), `dpo-smollm2` (the DPO demo on SmolLM2, 2 steps): the configs' ordinary settings,
+  whose sequences stay well below their limits, so only the data basis can be close. SmolLM2 is the folder
+  tests/test_realmodel.py converts into $RLFT_CACHE/realmodel (default .cache/rlft); without it those
+  cases are skipped.
+
+Each case is planned after its run, so that the tokenizer the run used (rlft's tiny model is built by its
+first run) counts the data's tokens.
+
+    python scripts/bench_plan.py [--model tiny|PATH] [--stages grpo,dpo,ppo|all|CASE,...] [--steps 2]
+                                 [--set KEY=VALUE ...] [--json]
 """
 
 from __future__ import annotations
@@ -22,6 +33,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SMOLLM2 = Path(os.environ.get("RLFT_CACHE", ROOT / ".cache" / "rlft")) / "realmodel" / "smollm2-135m-instruct"
+# the configs' ordinary settings: (stage, arguments, model, steps)
+ORDINARY = {
+    "grpo-demo": ("grpo", ["-c", "configs/examples/grpo_demo.yaml"], "tiny", 10),
+    "grpo-smollm2": ("grpo", ["-c", "configs/examples/grpo_demo.yaml", "grpo.max_tokens=32"], str(SMOLLM2), 2),
+    "dpo-smollm2": ("dpo", ["-c", "configs/examples/dpo_demo.yaml"], str(SMOLLM2), 2),
+}
+FORCED = ("grpo", "dpo", "ppo")
 
 # Prompt tokens: below every demo prompt's length under the model's chat template (tiny: 23-26 tokens, pairs
 # 25-29; SmolLM2-135M-Instruct: 36 and 39-41, of which its system message takes 30), so that every prompt
@@ -42,7 +62,15 @@ def stage_args(stage: str, steps: int, prompt: int) -> list[str]:
         return ["--stage", "ppo", "-c", "configs/examples/ppo_demo.yaml", f"ppo.num_episodes={16 * steps}",
                 f"train.max_seq_length={prompt + 8}", "data.eval_prompts=0", "ppo.eval_interval=100000",
                 "ppo.save_interval=100000", "ppo.log_interval=16"]
-    raise SystemExit(f"unknown stage {stage}: grpo, dpo or ppo")
+    raise SystemExit(f"unknown case {stage}: {', '.join([*FORCED, *ORDINARY])} or all")
+
+
+def case_args(case: str, model: str, steps: int, prompt: int) -> tuple[list[str], str]:
+    """(the run's arguments, its model) of a case: a forced one on `model`, or an ordinary one on its own."""
+    if case in ORDINARY:
+        stage, args, own, own_steps = ORDINARY[case]
+        return ["--stage", stage, *args, f"train.max_steps={own_steps}", f"model.name_or_path={own}"], own
+    return stage_args(case, steps, prompt) + [f"model.name_or_path={model}"], model
 
 
 def rlft(*args: str) -> list[str]:
@@ -71,10 +99,31 @@ def measured(args: list[str], out: Path) -> tuple[float, float]:
     return usage.ru_maxrss * 1024 / 2 ** 30, time.perf_counter() - t0  # ru_maxrss is in KiB on Linux
 
 
+def row(case: str, model: str, plan: dict, rss: float, wall: float) -> dict:
+    top = sorted(((k, v) for k, v in plan["terms"].items()), key=lambda kv: -kv[1])[:3]
+    worst = plan["worst_case"]["peak_gb"]
+    data = plan.get("data") or {}
+    return {"stage": case, "model": Path(model).name, "basis": plan["basis"],
+            "counted_with": data.get("counted_with"), "tokens": plan["tokens"], "planned_gb": plan["peak_gb"],
+            "limits_gb": worst, "rss_gb": round(rss, 4), "ratio": round(plan["peak_gb"] / rss, 3),
+            "limits_ratio": round(worst / rss, 3), "peak_phase": plan["peak_phase"], "top_terms": dict(top),
+            "plan_s": round(plan["seconds"], 2), "train_s": round(wall, 1)}
+
+
+def table(rows: list[dict]) -> str:
+    out = [f"{'case':<13} {'model':<24} {'basis':<6} {'planned GiB':>11} {'at limits':>9} {'peak RSS GiB':>12} "
+           f"{'plan/RSS':>8} {'limits/RSS':>10}  largest terms (GiB)"]
+    for r in rows:
+        top = ", ".join(f"{k} {v:.3f}" for k, v in r["top_terms"].items())
+        out.append(f"{r['stage']:<13} {r['model'][:24]:<24} {r['basis']:<6} {r['planned_gb']:>11.3f} "
+                   f"{r['limits_gb']:>9.3f} {r['rss_gb']:>12.3f} {r['ratio']:>8.2f} {r['limits_ratio']:>10.2f}  {top}")
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny", help="model.name_or_path: tiny or a local model folder")
-    ap.add_argument("--stages", default="grpo,dpo,ppo")
+    ap.add_argument("--model", default="tiny", help="model.name_or_path of grpo, dpo, ppo: tiny or a local folder")
+    ap.add_argument("--stages", default="grpo,dpo,ppo", help=f"cases: {', '.join([*FORCED, *ORDINARY])}, or all")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=None,
                     help=f"prompt length (default: {PROMPT_TOKENS['tiny']} for tiny, else {DEFAULT_PROMPT_TOKENS})")
@@ -82,27 +131,23 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per stage instead of the table")
     opts = ap.parse_args()
     model = opts.model if opts.model == "tiny" else str(Path(opts.model).resolve())
+    cases = [*FORCED, *ORDINARY] if opts.stages == "all" else opts.stages.split(",")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for stage in opts.stages.split(","):
+        for case in cases:
             prompt = opts.prompt_tokens or PROMPT_TOKENS.get(opts.model, DEFAULT_PROMPT_TOKENS)
-            args = stage_args(stage, opts.steps, prompt) + [f"model.name_or_path={model}", *opts.set]
-            plan = planned(args)
-            rss, wall = measured(args, Path(tmp) / stage)
-            top = sorted(((k, v) for k, v in plan["terms"].items()), key=lambda kv: -kv[1])[:3]
-            rows.append({"stage": stage, "model": Path(model).name, "planned_gb": plan["peak_gb"],
-                         "rss_gb": round(rss, 4),
-                         "ratio": round(plan["peak_gb"] / rss, 3), "peak_phase": plan["peak_phase"],
-                         "top_terms": dict(top), "plan_s": round(plan["seconds"], 2), "train_s": round(wall, 1)})
+            args, case_model = case_args(case, model, opts.steps, prompt)
+            if case in ORDINARY and case_model != "tiny" and not (Path(case_model) / "config.json").is_file():
+                print(f"skipped {case}: no converted model at {case_model} (tests/test_realmodel.py with "
+                      f"RLFT_REALMODEL=1 converts it there)", file=sys.stderr)
+                continue
+            args += opts.set
+            rss, wall = measured(args, Path(tmp) / case)
+            rows.append(row(case, case_model, planned(args), rss, wall))
             if opts.json:
                 print(json.dumps(rows[-1]), flush=True)
     if not opts.json:
-        print(f"{'stage':<6} {'model':<24} {'planned GiB':>11} {'peak RSS GiB':>12} {'plan/RSS':>8}  largest terms "
-              "(GiB)")
-        for r in rows:
-            top = ", ".join(f"{k} {v:.3f}" for k, v in r["top_terms"].items())
-            print(f"{r['stage']:<6} {r['model'][:24]:<24} {r['planned_gb']:>11.3f} {r['rss_gb']:>12.3f} "
-                  f"{r['ratio']:>8.2f}  {top}")
+        print(table(rows))
     return 0
 
 

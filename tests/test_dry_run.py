@@ -4,6 +4,7 @@ RLFT_UPDATE_GOLDEN=1 to rewrite the golden files from what rlft prints now (then
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("RLFT_UPDATE_GOLDEN") == "1"
@@ -275,3 +278,110 @@ def test_slurm_keys_may_change_on_resume():
     old, _ = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"]))
     new, _ = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"], ["slurm.time=\"1:00:00\""]))
     assert config_changes(to_dict(old), new) == []
+
+
+# -- hostile values (issue 35): nothing a config or a folder name holds runs as a command ------------------------
+
+def _stubbed_env(tmp_path, out: Path) -> dict:
+    """PATH with stand-ins for scontrol, srun (task 0) and rlft, which records its arguments NUL-separated."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stubs = {"scontrol": "printf 'node-a\\nnode-b\\n'",
+             "srun": 'SLURM_PROCID=0 exec "$@"',
+             "rlft": 'for a in "$@"; do printf "%s\\0" "$a"; done > "$OUT"'}
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OUT": str(out),
+            "SLURM_JOB_NODELIST": "node-[a-b]"}
+
+
+@pytest.mark.parametrize("key, value", [
+    ("train.output_dir", "{tmp}/run\\ntouch {tmp}/PWNED\\n#"),
+    ("train.output_dir", "{tmp}/run\\rtouch {tmp}/PWNED"),
+    ("hw.main_process_ip", "10.0.0.1\\ntouch {tmp}/PWNED"),
+    ("slurm.partition", "gpu\\u0007"),
+    ("slurm.time", "\\u000004:00:00"),
+])
+def test_a_control_character_that_reaches_the_script_is_refused(tmp_path, key, value):
+    """A line break in the run folder's name ended the script's first comment line and the rest ran as a command
+    (issue 35): every value that reaches the launch lines or the script is refused at validate time, naming it."""
+    value = value.format(tmp=tmp_path)
+    args = [f"{key}=\"{value}\""] + ([] if key == "train.output_dir" else [f"train.output_dir={tmp_path / 'run'}"])
+    proc = run_cli(*DEMO, "--hw", "ddp", "hw.num_machines=2", "slurm.partition=gpu", *args, "--dry-run", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {key} (command line): "), proc.stderr
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []  # no folder, no script, nothing ran
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_run_folder_named_with_line_breaks_runs_nothing_from_the_script(tmp_path):
+    """A folder found on disk (a bare --resume) is not a config value validation sees: the script writes every line
+    break of it as `\\n`, in its comments too, and passes the folder to the task intact."""
+    from rlft.config import load_config
+    from rlft.dry_run import launch_lines, sbatch_script
+
+    root = tmp_path / f"run\ntouch {tmp_path}/PWNED\n#\rtouch {tmp_path}/PWNED2\u2028x"
+    args = ["train", "--stage", "grpo", "--hw", "ddp"]
+    for machines in (1, 2):
+        cfg = load_config("grpo", "ddp", [], [f"hw.num_machines={machines}", "slurm.partition=gpu",
+                                              "hw.main_process_ip=10.0.0.1"])[0]
+        text = sbatch_script(cfg, args, root, tmp_path)
+        script = tmp_path / "launch.sbatch"
+        script.write_text(text)
+        out = tmp_path / "args"
+        subprocess.run(["bash", str(script)], env=_stubbed_env(tmp_path, out), cwd=tmp_path, timeout=60)
+        assert not (tmp_path / "PWNED").exists() and not (tmp_path / "PWNED2").exists()
+        assert f"train.output_dir={root}" in out.read_bytes().decode().split("\0")
+        head = lambda script: script.partition("\nsrun ")[0].split("\n")  # noqa: E731 - before the quoted command
+        assert len(head(text)) == len(head(sbatch_script(cfg, args, tmp_path / "run", tmp_path)))
+        printed = launch_lines(cfg, "ddp", args, root, True)
+        comments = [line for line in printed if line.startswith("#")]  # the commands hold it inside quotes
+        assert len(comments) >= 2 and all("\n" not in line and "\r" not in line for line in comments)
+
+
+def test_huge_machine_counts_are_refused_before_any_launch_line(tmp_path):
+    """`hw.num_machines: 10**9` hung `--dry-run` building a billion launch lines: bounded at validate time."""
+    for key, value, bound in (("hw.num_machines", 10**9, "between 1 and 4096"),
+                              ("hw.machine_rank", 10**9, "between 0 and 4095"),
+                              ("slurm.nodes", 10**9, "between 1 and 4096")):
+        proc = run_cli(*DEMO, "--hw", "ddp", f"{key}={value}", "hw.main_process_ip=10.0.0.1",
+                       f"train.output_dir={tmp_path / 'run'}", "--dry-run", timeout=60)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert f"error: {key} (command line): {value} is out of range; expected an integer {bound}" in proc.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_every_count_launch_loops_over_has_an_upper_bound():
+    from dataclasses import fields
+
+    from rlft.config.schema import HardwareConfig, SlurmConfig
+
+    counts = {"num_processes", "num_machines", "machine_rank", "nodes", "gpus_per_node", "cpus_per_task"}
+    seen = {f.name: f.metadata["le"] for cls in (HardwareConfig, SlurmConfig) for f in fields(cls) if f.name in counts}
+    assert set(seen) == counts and all(isinstance(le, int) and le <= 4096 for le in seen.values()), seen
+
+
+@functools.lru_cache(maxsize=1)
+def _two_node_cfg():
+    from rlft.config import load_config
+
+    return load_config("grpo", "ddp", [], ["hw.num_machines=2", "slurm.partition=gpu"])[0]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(name=st.text(st.sampled_from("ab #'\"$;\n\r\t\x0b\x0c\x85\u2028\x07"), min_size=1, max_size=30)
+       | st.text(min_size=1, max_size=30).filter(lambda s: "/" not in s and "\0" not in s))
+def test_script_lines_do_not_depend_on_the_run_folder_name(name):
+    """Whatever the folder is called, the script has the same lines, and every line before the first blank one is a
+    comment or an #SBATCH line (bash runs none of them)."""
+    from rlft.dry_run import sbatch_script
+
+    cfg = _two_node_cfg()
+    text = sbatch_script(cfg, ["train"], Path("/runs") / name, Path("/work"))
+    lines = text.partition("\nsrun ")[0].split("\n")  # the command itself holds the name in quotes, line breaks too
+    assert len(lines) == len(sbatch_script(cfg, ["train"], Path("/runs/x"), Path("/work")).partition("\nsrun ")[0]
+                             .split("\n"))
+    head = lines[1:lines.index("")]
+    assert head and all(line.startswith("#") for line in head), head

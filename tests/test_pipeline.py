@@ -209,3 +209,41 @@ def test_pipeline_demo_runs(tmp_path):
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert "INIT_FROM True REF init True" in probe.stdout
     assert "EQUALS_STAGE2 True" in probe.stdout and "EQUALS_STAGE1 False" in probe.stdout
+
+
+@pytest.mark.parametrize("second, shown", [
+    ("  - stage: grpo\n    config: {grpo}\n", "its stage (`grpo`), as it has no `name:`"),
+    ("  - stage: orpo\n    name: rl\n    config: {orpo}\n", "its `name:`"),
+])
+def test_two_stages_of_one_name_are_refused_naming_both(tmp_path, second, shown):
+    """`stages.<name>.KEY=VALUE` changed only the first of two stages of the same name (issue 35): refused at
+    validate, naming the name and both positions."""
+    text = f"""stages:
+  - stage: grpo
+    name: rl
+    config: {EXAMPLES / 'grpo_demo.yaml'}
+  - stage: orpo
+    config: {EXAMPLES / 'orpo_demo.yaml'}
+""" + second.format(grpo=EXAMPLES / "grpo_demo.yaml", orpo=EXAMPLES / "orpo_demo.yaml")
+    if "name: rl" not in second:
+        text = text.replace("    name: rl\n", "", 1)  # the first grpo stage unnamed too: both are `grpo`
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    name = "rl" if "name: rl" in second else "grpo"
+    first, _, third = [i for i, line in enumerate(text.splitlines(), 1) if line.startswith("  - stage:")]
+    (problem,) = exc.value.problems
+    assert problem.key == "stages[3].name" and problem.layer == f"{path}:{third}"
+    assert f"stage 3 is named `{name}` ({shown}), as is stage 1 ({path}:{first})" in problem.message
+    res = run_cli("pipeline", "validate", path, f"stages.{name}.train.seed=3")
+    assert res.returncode == 2 and f"error: stages[3].name ({path}:{third}): stage 3 is named `{name}`" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_stage_name_of_digits_is_refused(tmp_path):
+    path = write(tmp_path, f"stages:\n  - stage: grpo\n    config: {EXAMPLES / 'grpo_demo.yaml'}\n"
+                           f"  - stage: grpo\n    name: '1'\n    config: {EXAMPLES / 'grpo_demo.yaml'}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_pipeline(path)
+    assert [p.key for p in exc.value.problems] == ["stages[2].name"]
+    assert "reads as a stage number" in exc.value.problems[0].message

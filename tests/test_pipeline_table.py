@@ -80,3 +80,43 @@ def test_pipeline_demo_reports_each_stages_eval(tmp_path):
                                                   ("3", "grpo", "finished")]
     for r, s in zip(rows, stages):
         assert f"{s['eval_start']:.4g} -> {s['eval_end']:.4g}" in " ".join(r)
+
+
+BAD_EVALS = [[1, 2], "0.5", 3, True, {"start": [1], "end": "x"}, {"start": {"reward_mean": "high"}, "end": {
+    "reward_mean": [0.5], "eval_set": ["a"], "preference_accuracy": "most"}}, {"end": {"reward_mean": float("nan")}}]
+
+
+@pytest.mark.parametrize("ev", BAD_EVALS)
+def test_a_wrong_typed_eval_neither_breaks_the_table_nor_the_warnings(ev):
+    """A stage summary.json's `eval` of the wrong type (a list, a string, a number where an object belongs) crashed
+    the table (issue 35): what is not a number reads as no number."""
+    records = [record(1, "orpo", 0.1, 0.9), {**record(2, "grpo", 0.2, 0.3, steps="many"), "eval": ev},
+               record(3, "ppo", 0.5, 0.4)]
+    rows = with_evals(records)
+    assert (rows[1]["eval_start"], rows[1]["eval_end"]) == (None, None)
+    text = format_table(records)
+    assert text.splitlines()[2].split()[:6] == ["2", "grpo", "grpo", "finished", "-", "-"]
+
+
+@pytest.mark.parametrize("ev", BAD_EVALS)
+def test_pipeline_resume_names_a_stage_summary_with_a_wrong_typed_eval(tmp_path, ev):
+    """`pipeline run --resume` over a finished stage whose summary.json holds a wrong-typed `eval`: the stage is
+    skipped as finished, the table printed, and the file named, instead of a traceback."""
+    stage_dir = tmp_path / "runs" / "01-grpo"
+    (stage_dir / "final").mkdir(parents=True)
+    (stage_dir / "final" / "config.json").write_text("{}")
+    (stage_dir / "summary.json").write_text(json.dumps({"status": "finished", "steps": 2, "eval": ev}))
+    (tmp_path / "runs" / "pipeline_summary.json").write_text("{}")  # a folder a pipeline run made
+    path = tmp_path / "pipe.yaml"
+    path.write_text(f"output_dir: {tmp_path / 'runs'}\nstages:\n  - stage: grpo\n"
+                    f"    config: {ROOT / 'configs' / 'examples' / 'grpo_demo.yaml'}\n")
+    res = run_cli("pipeline", "run", path, "--resume", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "stage 1 (grpo) finished earlier" in res.stderr
+    summary = json.loads((tmp_path / "runs" / "pipeline_summary.json").read_text())
+    (stage,) = summary["stages"]
+    assert stage["status"] == "finished" and (stage["eval_start"], stage["eval_end"]) == (None, None)
+    if not (isinstance(ev, dict) and set(ev) == {"end"}):  # NaN is a number of no use, not a damaged file
+        assert stage["warnings"] and all(w.startswith(f"{stage_dir / 'summary.json'}: `eval") for w in
+                                         stage["warnings"]), stage["warnings"]
+        assert f"warning: {stage_dir / 'summary.json'}: `eval" in res.stderr

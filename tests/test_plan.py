@@ -213,3 +213,135 @@ def test_validate_config_warns_when_the_plan_does_not_fit():
     warning = [x for x in res.stderr.splitlines() if x.startswith("warning: hw.device_memory_gb")]
     assert len(warning) == 1 and "planned peak 0.7 GiB per device does not fit in 0.3 GiB" in warning[0]
     assert "hw.device_memory_gb" not in run_cli(*args).stderr  # fits: no warning
+
+
+# ---- planning from the data's token lengths (rlft/plan/lengths.py)
+
+# a word-level tokenizer: one token per whitespace-separated word, so token counts are word counts
+WORDS = ["[UNK]", "user:", "assistant:", "system:", ";", "</s>", *"abcdefgh"]
+# renders each message as "role: content ; " and the generation prompt as "assistant: "
+WORD_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} ; {% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def _word_model(folder, tokenizer=True, template=True):
+    """A model folder with the tiny model's config.json and (optionally) a word-level tokenizer.json and
+    its tokenizer_config.json with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from rlft.plan.model_shape import tiny_config
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(tiny_config(0.15)[0]))
+    if tokenizer:
+        tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tok.save(str(folder / "tokenizer.json"))
+        config = {"eos_token": "</s>", **({"chat_template": WORD_TEMPLATE} if template else {})}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+PROMPTS = [{"prompt": "a b c", "target": "a"}, {"prompt": "a b c d e f g", "target": "a"},
+           {"prompt": "a", "target": "a"}]
+# GRPO on a few rows: 2 prompts x 4 completions, one optimizer step per generation
+GRPO_SMALL = ("rewards=[{fn: char_fraction}]", "grpo.batch_size=2", "grpo.num_substeps=1")
+
+
+def _data_plan(stage, *overrides):
+    from rlft.plan import plan_for
+
+    cfg, _, _ = load_config(stage, "cpu", [], list(overrides))
+    return cfg, plan_for(cfg, "cpu")
+
+
+def test_prompt_lengths_come_from_the_models_tokenizer_and_chat_template(tmp_path):
+    model, data = _word_model(tmp_path / "m"), _jsonl(tmp_path / "p.jsonl", PROMPTS)
+    base = [f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL, "grpo.max_tokens=16"]
+    # chat template off: the longest prompt is its 7 words
+    _, plan = _data_plan("grpo", *base, "data.chat_template=never")
+    assert plan.basis == "data" and plan.data.tokenizer and plan.data.rows == 3 and not plan.data.sampled
+    assert plan.data.lengths.prompts == (3, 7, 1)
+    assert plan.tokens == {"prompt": 7, "completion": 16, "train_sequence": 23}
+    # the cpu profile's train.max_seq_length 512: the limits would plan 496-token prompts
+    assert "2 x 2 layers x 64 (kv heads x head dim) x 8 rows x 23 tokens" in plan.term("kv_cache").formula
+    # auto with a template: "user: <7 words> ; assistant: " = 1 + 7 + 1 + 1 tokens
+    _, plan = _data_plan("grpo", *base)
+    assert plan.data.lengths.prompts == (6, 10, 4) and plan.data.template == "chat template applied"
+    # data.system_prompt becomes a system message first: + "system: a ;" = 3 tokens
+    _, plan = _data_plan("grpo", *base, "data.system_prompt=a")
+    assert max(plan.data.lengths.prompts) == 13
+    # capped by the prompt budget (train.max_seq_length - grpo.max_tokens), as data.too_long truncates
+    _, plan = _data_plan("grpo", *base, "train.max_seq_length=24")
+    assert plan.tokens["prompt"] == 8
+
+
+def test_preference_pairs_are_counted_as_trl_tokenizes_them(tmp_path):
+    model = _word_model(tmp_path / "m")
+    data = _jsonl(tmp_path / "pairs.jsonl", [{"prompt": "a b c ", "chosen": "d e ", "rejected": "d "},
+                                              {"prompt": "a ", "chosen": "b ", "rejected": "c "}])
+    base = [f"model.name_or_path={model}", f"data.train={data}"]
+    # plain text: TRL appends the EOS token to each answer; "a b c d e </s>" is the longest, 3 + 3 tokens
+    _, plan = _data_plan("dpo", *base, "data.chat_template=never")
+    assert plan.data.lengths.prompts == (3, 1) and plan.data.lengths.answers == (3, 2)
+    assert plan.tokens == {"train_sequence": 6}
+    # dpo.max_prompt_length keeps a prompt's last 2 tokens: 2 + 3
+    _, plan = _data_plan("dpo", *base, "data.chat_template=never", "dpo.max_prompt_length=2")
+    assert plan.tokens == {"train_sequence": 5}
+    # chat template: "user: a b c ; assistant: " (6), then "d e ;" of "... assistant: d e ; " (3)
+    _, plan = _data_plan("orpo", *base)
+    assert plan.data.lengths.prompts == (6, 4) and plan.data.lengths.answers == (3, 2)
+    assert plan.tokens == {"train_sequence": 9}
+
+
+def test_without_a_tokenizer_the_lengths_are_a_stated_estimate(tmp_path):
+    model = _word_model(tmp_path / "m", tokenizer=False)
+    data = _jsonl(tmp_path / "p.jsonl", [{"prompt": "x" * 40, "target": "x"}, {"prompt": "x" * 10, "target": "x"}])
+    _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL)
+    # 40 characters / 4 per token; the chat template is unknown without the tokenizer's files
+    assert plan.basis == "data" and not plan.data.tokenizer and plan.data.lengths.prompts == (10, 3)
+    assert plan.data.counted.startswith("estimate: characters / 4") and "unknown" in plan.data.template
+
+
+def test_plan_reads_a_bounded_number_of_rows(tmp_path, monkeypatch):
+    from rlft.plan import lengths
+
+    monkeypatch.setattr(lengths, "MAX_ROWS", 2)
+    model, data = _word_model(tmp_path / "m"), _jsonl(tmp_path / "p.jsonl", PROMPTS)
+    _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL,
+                         "data.chat_template=never")
+    assert plan.data.lengths.prompts == (3, 7) and plan.data.sampled
+    assert "the first 2 of 3 rows" in plan.data.describe()
+
+
+def test_cli_plan_prints_the_worst_case_and_json_names_the_basis(tmp_path):
+    model, data = _word_model(tmp_path / "m"), _jsonl(tmp_path / "p.jsonl", PROMPTS)
+    args = ("plan", "--stage", "grpo", "--hw", "cpu", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL,
+            "data.chat_template=never")
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    peak = next(i for i, x in enumerate(lines) if x.startswith("planned peak:"))
+    assert "basis: the data, prompts of 7 + 256 sampled tokens" in lines[peak]
+    assert lines[peak + 1].startswith("worst case at the config's limits (prompts of 256 + 256 sampled tokens):")
+    res = run_cli(*args, "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["basis"] == "data" and out["tokens"] == {"prompt": 7, "completion": 256, "train_sequence": 263}
+    assert out["data"]["counted_with"] == "tokenizer" and out["data"]["statistic"] == "max"
+    assert out["data"]["prompt_tokens"] == 7 and out["data"]["rows"] == 3 and out["data"]["sampled"] is False
+    worst = out["worst_case"]
+    assert worst["basis"] == "limits" and worst["tokens"]["prompt"] == 256 and worst["peak_gb"] > out["peak_gb"]
+
+
+def test_plan_falls_back_to_the_limits_and_says_why():
+    res = run_cli("plan", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/tool_use_grpo.yaml", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["basis"] == "limits" and "episodes" in out["limits_why"]
+    assert out["worst_case"]["peak_gb"] == out["peak_gb"]

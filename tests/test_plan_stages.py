@@ -11,7 +11,7 @@ import pytest
 
 from rlft.config import load_config
 from rlft.config.stages import SPECS, STAGES, StageSpec
-from rlft.config.stagespec import MemoryProfile
+from rlft.config.stagespec import DataLengths, MemoryProfile
 from rlft.plan.advise import candidates
 from rlft.plan.estimate import make_plan
 from rlft.plan.model_shape import load_shape
@@ -33,6 +33,19 @@ def test_every_stage_profiles_its_memory_as_plain_data(stage):
     assert (profile.sample_rows > 0) == SPECS[stage].samples
     for what, overrides in profile.levers:
         assert what and overrides and all(isinstance(k, str) and "." in k for k in overrides)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_plans_the_datas_lengths_within_its_limits(stage):
+    cfg, _, _ = load_config(stage, "cpu", [], ["model.name_or_path=tiny"])
+    limits = SPECS[stage].memory(cfg, 1)
+    # prompts of 5 and 9 tokens, answers of 3 and 4 (preference stages read them)
+    short = SPECS[stage].memory(cfg, 1, DataLengths((5, 9), (3, 4)))
+    assert short.train_seq == (9 + 4 if not SPECS[stage].samples else 9 + short.completion) < limits.train_seq
+    assert short.prompt == (9 if SPECS[stage].samples else 0)
+    # longer data than the limits is cut to them, as the run truncates it
+    huge = SPECS[stage].memory(cfg, 1, DataLengths((10 ** 6, 10 ** 6), (10 ** 6, 10 ** 6)))
+    assert (huge.train_seq, huge.prompt, huge.scored) == (limits.train_seq, limits.prompt, limits.scored)
 
 
 def test_a_stage_without_a_memory_profile_plans_as_sft(monkeypatch):

@@ -4,6 +4,7 @@ through the CLI; the statistics and the verdict of rlft.rewards.trial on worked 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -193,3 +194,114 @@ def test_compare_counts_changes_beyond_float32_rounding():
                     [{"r": 0.333333}, {"r": 0.5}, {"r": 0.0}], [0.666667, 1.0, 0.0])
     assert lines[2].endswith("2 of 3 (largest 0.5)")  # 0.3333333 against a logged 0.333333 is no change
     assert lines[3].endswith("2 of 3 (largest 1)")
+
+
+# -- hostile input (issue 35) -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value, message", [
+    ("prompt_id", [3], "`prompt_id` is a list, not an integer or a string"),
+    ("step", [1], "`step` is a list, not an integer"),
+    ("step", True, "`step` is a boolean, not an integer"),
+    ("total", "2.0", "`total` is a string, not a number or null"),
+    ("rewards", [1.0], "`rewards` is a list, not an object of scores"),
+    ("rewards", {"char_fraction": {"a": 1}}, "`rewards.char_fraction` is an object, not a number or null"),
+    ("prompt", 5, "`prompt` is int, not text or chat messages"),
+])
+def test_a_damaged_logged_row_is_named_not_a_traceback(tmp_path, field, value, message):
+    """A list where a prompt id or step belongs, a string total: one line naming the file, the row and the field."""
+    run = _hand_run(tmp_path)
+    rows = read_jsonl(run / "completions.jsonl")
+    rows[1][field] = value
+    (run / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _try(tmp_path, "--from-run", run)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    errors = [x for x in res.stderr.splitlines() if not x.startswith("warning:")]
+    assert len(errors) == 1 and f"completions.jsonl:2: {message}" in errors[0], res.stderr
+    assert not (tmp_path / "rewards_try.jsonl").exists()
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"prompt": "a", "completion": "b", "step": [0]}, "hand.jsonl:2: `step` is a list, not an integer"),
+    ({"prompt": "a", "completion": "b", "prompt_id": {"x": 1}}, "hand.jsonl:2: `prompt_id` is an object"),
+    ({"row": {"prompt": "a", "prompt_id": [1]}, "completion": "b"}, "hand.jsonl:2: `prompt_id` is a list"),
+    ({"prompt": "a", "completion": "b", "rewards": {"r": 1}, "total": [1]}, "hand.jsonl:2: `total` is a list"),
+])
+def test_a_damaged_hand_written_row_is_named(tmp_path, row, message):
+    (tmp_path / "cfg.yaml").write_text("rewards: [{fn: char_fraction, kwargs: {char: a}}]\n")
+    (tmp_path / "hand.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n" + json.dumps(row) + "\n")
+    res = _try(tmp_path, "-c", "cfg.yaml", "--completions", "hand.jsonl")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    errors = [x for x in res.stderr.splitlines() if not x.startswith("warning:")]
+    assert len(errors) == 1 and message in errors[0], res.stderr
+
+
+def test_sample_is_bounded_before_anything_loads(tmp_path):
+    """`--sample 1000000000000` loaded the model, then asked for room for 10**12 completions per prompt."""
+    from rlft.reward_try import TryError, check_sources
+
+    with pytest.raises(TryError, match=r"^--sample 1000000000000 is out of range; expected an integer between 1 and "
+                                       r"256$"):
+        check_sources(None, None, 10**12, tmp_path / "o.jsonl", False)
+    with pytest.raises(TryError, match=r"^--max-prompts 100000 is out of range; expected an integer between 1 and "):
+        check_sources(None, None, 4, tmp_path / "o.jsonl", False, 100000)
+    check_sources(None, None, 256, tmp_path / "o.jsonl", False, 8)  # the largest allowed
+    # through the CLI: refused before the config is even read (its model folder does not exist)
+    (tmp_path / "cfg.yaml").write_text("model: {name_or_path: ./no-such-model}\nrewards: [{fn: char_fraction}]\n")
+    res = _try(tmp_path, "-c", "cfg.yaml", "--sample", "1000000000000")
+    assert res.returncode == 2 and res.stderr.strip() == ("error: --sample 1000000000000 is out of range; expected an "
+                                                          "integer between 1 and 256"), res.stderr
+
+
+CHDIR = """
+import os
+
+def wander(prompts, completions, **kw):
+    os.chdir(os.environ["RLFT_TEST_ELSEWHERE"])
+    return [1.0] * len(completions)
+"""
+
+
+def test_a_reward_that_changes_directory_does_not_move_the_output(tmp_path):
+    """A relative -o is the file in the folder the command was given in, whatever a reward's code does: a reward that
+    chdirs into a folder holding a file of that name must not get it replaced without --force."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "out.jsonl").write_text("precious\n")
+    (tmp_path / "rw.py").write_text(CHDIR)
+    (tmp_path / "cfg.yaml").write_text("rewards: [{fn: rw.py:wander}]\n")
+    (tmp_path / "hand.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    res = run_cli("rewards", "try", "-c", "cfg.yaml", "--completions", "hand.jsonl", "-o", "out.jsonl", cwd=tmp_path,
+                  env={"RLFT_TEST_ELSEWHERE": str(elsewhere)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (elsewhere / "out.jsonl").read_text() == "precious\n"
+    assert len(read_jsonl(tmp_path / "out.jsonl")) == len(ROWS)
+    assert "scored rows written to out.jsonl" in res.stdout
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_from_run_does_not_write_through_a_link_planted_in_the_run(tmp_path, target_exists):
+    """The run's config layer goes beside its config.yaml; a link planted under that name pointing outside the run
+    is refused, and what it points to is left as it was (or not created)."""
+    run = _hand_run(tmp_path)
+    outside = tmp_path / "outside.yaml"
+    if target_exists:
+        outside.write_text("precious\n")
+    (run / ".rlft-eval-config.yaml").symlink_to(outside)
+    res = _try(tmp_path, "--from-run", run)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    errors = [x for x in res.stderr.splitlines() if not x.startswith("warning:")]
+    assert len(errors) == 1 and "is a symbolic link" in errors[0] and ".rlft-eval-config.yaml" in errors[0]
+    assert (outside.read_text() == "precious\n") if target_exists else not outside.exists()
+    assert (run / ".rlft-eval-config.yaml").is_symlink()  # not ours to remove
+    assert sorted(p.name for p in run.iterdir()) == [".rlft-eval-config.yaml", "completions.jsonl", "config.yaml"]
+
+
+def test_config_layer_replaces_a_hard_link_instead_of_writing_through_it(tmp_path):
+    from rlft.posttrain import eval_config_file
+
+    run = _hand_run(tmp_path)
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("precious\n")
+    os.link(outside, run / ".rlft-eval-config.yaml")
+    path = eval_config_file(run, "grpo")
+    assert outside.read_text() == "precious\n" and "rewards:" in path.read_text()
+    assert sorted(p.name for p in run.iterdir()) == [".rlft-eval-config.yaml", "completions.jsonl", "config.yaml"]

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import ROOT, read_jsonl, run_cli
 from test_realmodel import CACHE as REALMODEL_CACHE
@@ -289,3 +291,85 @@ def test_reward_failing_everywhere_fails_smoke_as_the_real_run(tmp_path):
     assert guard in real.stderr and guard in smoke.stderr.splitlines()[-1]
     assert "ValueError: this reward always fails" in smoke.stderr.splitlines()[-1]
     assert json.loads((_smoke_root(tmp_path) / "summary.json").read_text())["smoke"]["result"] == "failed"
+
+
+# -- a damaged or hostile config.json (issue 35) ----------------------------------------------------------------
+HOSTILE_CONFIGS = [
+    ('{"model_type": "llama", "vocab', "config.json is damaged: not valid JSON"),
+    ("[1, 2, 3]", "config.json is damaged: expected a JSON object of model settings, got a list"),
+    ('"llama"', "config.json is damaged: expected a JSON object of model settings, got a string"),
+    ("", "config.json is damaged: not valid JSON"),
+    ("[" * 100000, "config.json is damaged"),
+    ('{"model_type": "llama", "vocab_size": 1000000000}', "config.json: vocab_size 1000000000 is out of range; "
+                                                          "expected an integer between 1 and 1048576"),
+    ('{"model_type": "llama", "vocab_size": -5}', "config.json: vocab_size -5 is out of range"),
+    ('{"model_type": "llama", "vocab_size": 1e9}', "config.json: vocab_size is 1000000000.0, not a whole number"),
+    ('{"model_type": "llama", "vocab_size": NaN}', "config.json: vocab_size is NaN, not a whole number"),
+    ('{"model_type": "llama", "vocab_size": Infinity}', "config.json: vocab_size is Infinity, not a whole number"),
+    ('{"model_type": "llama", "vocab_size": true}', "config.json: vocab_size is true, not a whole number"),
+    ('{"model_type": "llama", "vocab_size": "32000"}', 'config.json: vocab_size is "32000", not a whole number'),
+    ('{"model_type": "llama", "vocab_size": 32000, "hidden_size": [64]}', "config.json: hidden_size is a list"),
+    ('{"model_type": "llama", "vocab_size": 32000, "max_position_embeddings": 10000000000000}',
+     "config.json: max_position_embeddings 10000000000000 is out of range"),
+    ('{"model_type": "gpt2", "vocab_size": 32000, "n_positions": 0}', "config.json: n_positions 0 is out of range"),
+    ('{"model_type": "llava", "text_config": {"vocab_size": 1000000000}}',
+     "config.json: text_config.vocab_size 1000000000 is out of range"),
+]
+
+
+def _model_folder(tmp_path: Path, text: str) -> Path:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "config.json").write_text(text)
+    (real / "tokenizer.json").write_text("{}")  # a tokenizer is there: the config decides
+    return real
+
+
+@pytest.mark.parametrize("text, message", HOSTILE_CONFIGS)
+def test_a_damaged_or_huge_config_json_is_one_line_before_anything_is_built(tmp_path, text, message):
+    """A truncated or non-object config.json gave a traceback; `vocab_size: 10**9` built a 256 GB "tiny" model. Every
+    size the smoke model is built from is checked first: one line naming the file and the field, nothing built."""
+    from rlft.models.config_json import ConfigJsonError
+    from rlft.models.tiny_family import ensure_family_model, find_model_files
+
+    real = _model_folder(tmp_path, text)
+    files, why = find_model_files(str(real))
+    assert files is not None, why
+    with pytest.raises(ConfigJsonError) as exc:
+        ensure_family_model(files, cache_dir=tmp_path / "cache")
+    assert str(exc.value).startswith(str(real / "config.json")) and message in str(exc.value)
+    assert "\n" not in str(exc.value)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
+
+
+@pytest.mark.parametrize("text, message", [HOSTILE_CONFIGS[0], HOSTILE_CONFIGS[1], HOSTILE_CONFIGS[5]])
+def test_smoke_with_a_damaged_config_json_exits_2_naming_it(tmp_path, text, message):
+    real = _model_folder(tmp_path, text)
+    res = run_cli("train", "--stage", "grpo", "-c", EXAMPLES / "grpo_demo.yaml", f"model.name_or_path={real}",
+                  "--smoke", cwd=tmp_path, env=_env(tmp_path, RLFT_CACHE=str(tmp_path / "cache")), timeout=300)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    errors = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert errors == [x for x in res.stderr.splitlines() if x.strip() and not x.startswith("warning:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {real / 'config.json'}") and message in errors[0]
+    assert not (tmp_path / "runs").exists()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(key=st.sampled_from(["vocab_size", "hidden_size", "num_hidden_layers", "num_key_value_heads",
+                            "max_position_embeddings", "num_local_experts", "first_k_dense_replace", "rope_theta"]),
+       value=st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
+                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+                       st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(),
+                                                                            max_size=2)))
+def test_config_json_sizes_are_whole_numbers_in_range_or_named(key, value):
+    from rlft.models.config_json import SIZE_FIELDS, ConfigJsonError, check_sizes
+
+    try:
+        check_sizes({"model_type": "llama", key: value}, "m/config.json")
+    except ConfigJsonError as exc:
+        assert str(exc).startswith(f"m/config.json: {key} ") and "\n" not in str(exc)
+        assert f"expected an integer between {SIZE_FIELDS[key][0]} and {SIZE_FIELDS[key][1]}" in str(exc)
+        return
+    ok = value is None or key not in SIZE_FIELDS or (
+        type(value) is int and SIZE_FIELDS[key][0] <= value <= SIZE_FIELDS[key][1])
+    assert ok, (key, value)

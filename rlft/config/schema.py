@@ -153,14 +153,18 @@ class EnvConfig:
     num_tasks: int = F(64, "Rows when data.train is not set: task ids 0..N-1, passed to reset as {'task_id': i}.", ge=1)
 
 
+# the most machines a run spans: `--dry-run` and the SLURM script write one launch line per machine
+MAX_MACHINES = 4096
+
+
 @dataclass
 class HardwareConfig:
     name: str = F("cpu", "Hardware profile name.")
     device: str = F("cpu", "Where the model runs.", choices=["cpu", "mps", "cuda", "auto"])
     distributed_strategy: str = F("none", "Multi-process strategy.", choices=["none", "ddp", "fsdp", "deepspeed"])
     num_processes: int = F(1, "Processes (GPUs) per machine.", ge=1, le=1024)
-    num_machines: int = F(1, "Machines in a multi-node run.", ge=1)
-    machine_rank: int = F(0, "This machine's rank in a multi-node run.", ge=0)
+    num_machines: int = F(1, "Machines in a multi-node run.", ge=1, le=MAX_MACHINES)
+    machine_rank: int = F(0, "This machine's rank in a multi-node run.", ge=0, le=MAX_MACHINES - 1)
     main_process_ip: Optional[str] = F(None, "Address of rank 0 for multi-node runs.")
     main_process_port: int = F(29500, "Port of rank 0.", ge=1, le=65535)
     rendezvous_timeout_s: int = F(300, "Multi-process: seconds every process (on every machine) has to join the "
@@ -194,7 +198,7 @@ SLURM_TIME = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\
 @dataclass
 class SlurmConfig:
     nodes: Optional[int] = F(None, "Nodes to allocate (`#SBATCH --nodes`), one task each; null = hw.num_machines, "
-                                   "which it must equal when set.", ge=1, le=4096)
+                                   "which it must equal when set.", ge=1, le=MAX_MACHINES)
     gpus_per_node: Optional[int] = F(None, "GPUs per node (`#SBATCH --gpus-per-node`); null = hw.num_processes on "
                                            "cuda, none on cpu/mps; 0 = no GPU line.", ge=0, le=1024)
     partition: Optional[str] = F(None, "Partition (`#SBATCH --partition`); null = the cluster's default.")

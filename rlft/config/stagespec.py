@@ -11,8 +11,9 @@ stage up through `rlft.config.stages.get_spec` instead of comparing stage names:
 - `rlft.stages.get_runner` imports `runner`; `rlft.config.trl_fields` reads `trl_config`/`trl_modeled`;
 - `rlft.monitor` reads `metrics`, `console`, `health_rules`, `model_card(cfg)` and `report_note`;
 - `rlft.runtime` reads `total_steps` and refuses a resume when a `resume_breaking` key changed;
-- `rlft.plan` turns `memory(cfg, world)`, a `MemoryProfile` (tokens, rows and flags, no bytes), into the
-  memory terms of one device, and tries its levers; a stage without it plans as SFT (`sft_profile`).
+- `rlft.plan` turns `memory(cfg, world, data)`, a `MemoryProfile` (tokens, rows and flags, no bytes), into the
+  memory terms of one device, and tries its levers; a stage without it plans as SFT (`sft_profile`). `data`
+  is the training data's token lengths (`DataLengths`), or None to plan at the config's limits.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class StageSpec:
     explain: Callable[[Any], list[str]] | None = None     # `show-config --explain` notes on the typed config
     model_card: Callable[[Any], list[str]] | None = None  # lines of final/README.md on what the stage trained
     report_note: str | None = None          # the report's completions tab when the stage samples nothing
-    memory: Callable[[Any, int], "MemoryProfile"] | None = None  # what one of `world` devices holds (rlft plan)
+    # what one of `world` devices holds (rlft plan), for the data's lengths (`DataLengths`) or None: the limits
+    memory: Callable[[Any, int, "DataLengths | None"], "MemoryProfile"] | None = None
 
     @property
     def built(self) -> bool:
@@ -131,6 +133,33 @@ class Logits:
     fp32_copies: int
     scored: int
     what: str = ""
+
+
+@dataclass(frozen=True)
+class DataLengths:
+    """Token lengths of the training data's rows as the run renders them (`rlft.plan.lengths` reads them):
+    each row's prompt and, for preference pairs, its longer answer (in `prompts`' order). The profiles cap
+    them by the config's limits, as the run truncates: the peak comes from the longest row, since a batch
+    pads every row to its longest."""
+    prompts: tuple[int, ...]
+    answers: tuple[int, ...] = ()
+
+    def prompt(self, budget: int) -> int:
+        """The longest prompt, cut to `budget` tokens (data.too_long: truncate; drop keeps shorter ones)."""
+        return max(1, min(max(self.prompts), budget))
+
+    def pair(self, max_prompt: int, max_length: int) -> int:
+        """The longest prompt + answer, its prompt cut to `max_prompt` (keeping its end) and the whole to
+        `max_length`: DPO's and ORPO's truncation."""
+        longest = max(min(p, max_prompt) + a for p, a in zip(self.prompts, self.answers))
+        return max(2, min(longest, max_length))
+
+
+def prompt_tokens(cfg: Any, completion: int, data: DataLengths | None) -> int:
+    """Prompt tokens of a sampling stage: the data's longest prompt, or train.max_seq_length minus the
+    completion budget (`data.too_long` fits every prompt into it)."""
+    budget = max(1, cfg.train.max_seq_length - completion)
+    return budget if data is None else data.prompt(budget)
 
 
 @dataclass(frozen=True)
@@ -195,22 +224,24 @@ def shorter_sequences(cfg: Any, completion: int, what: str = "shorter prompts (s
 
 
 def sft_profile(cfg: Any, sample_rows: int = 0, completion: int = 0, what: str = "",
-                levers: tuple[Lever, ...] = ()) -> MemoryProfile:
+                levers: tuple[Lever, ...] = (), data: DataLengths | None = None) -> MemoryProfile:
     """Supervised fine-tuning on train.max_seq_length tokens (TRL's SFTTrainer, fused LM head), after sampling
-    `sample_rows` completions of `completion` tokens at once when it samples; no reference."""
+    `sample_rows` completions of `completion` tokens at once when it samples; no reference. With the data's
+    lengths a sampling stage trains on its longest prompt + the completion budget."""
     t = cfg.train
-    prompt = max(1, t.max_seq_length - completion) if sample_rows else 0
+    prompt = prompt_tokens(cfg, completion, data) if sample_rows else 0
+    seq = prompt + completion if sample_rows and data is not None else t.max_seq_length
     micro = t.per_device_train_batch_size
     return MemoryProfile(
-        micro, t.max_seq_length, t.max_seq_length - 1, sample_rows, prompt, completion,
+        micro, seq, seq - 1, sample_rows, prompt, completion,
         reference=Reference(NO_REFERENCE, f"{cfg.stage} uses no reference here"),
-        what=what or f"SFT micro-batches of {micro} rows of {t.max_seq_length} tokens",
+        what=what or f"SFT micro-batches of {micro} rows of {seq} tokens",
         levers=(*halve_micro_batch(cfg, micro), *levers,
                 *shorter_sequences(cfg, completion, "shorter prompts (sequence length)" if sample_rows else
                                    "shorter sequences (train.max_seq_length)")))
 
 
-def sample_then_sft_profile(cfg: Any, world: int = 1) -> MemoryProfile:
+def sample_then_sft_profile(cfg: Any, world: int = 1, data: DataLengths | None = None) -> MemoryProfile:
     """RS-SFT and AWR (a `memory` hook): generate whole prompts' samples `<section>.generation_batch_size` at a
     time, then SFT (the section is named after the stage)."""
     s = getattr(cfg, cfg.stage)
@@ -219,15 +250,21 @@ def sample_then_sft_profile(cfg: Any, world: int = 1) -> MemoryProfile:
     return sft_profile(cfg, rows, s.max_tokens,
                        f"{rows} completions per generate call, SFT micro-batches of "
                        f"{cfg.train.per_device_train_batch_size}",
-                       tuple(fewer_sampled_rows(f"{cfg.stage}.generation_batch_size", s.generation_batch_size)))
+                       tuple(fewer_sampled_rows(f"{cfg.stage}.generation_batch_size", s.generation_batch_size)),
+                       data)
 
 
-def preference_profile(cfg: Any, section: str, reference: Reference, full_logits: bool = False) -> MemoryProfile:
+def preference_profile(cfg: Any, section: str, reference: Reference, full_logits: bool = False,
+                       data: DataLengths | None = None) -> MemoryProfile:
     """DPO/ORPO: a micro-batch of train.per_device_train_batch_size pairs is twice as many rows (chosen and
-    rejected) of `<section>.max_length` tokens (capped by train.max_seq_length); `full_logits`: the loss takes
-    the whole logits and an fp32 cross-entropy of the chosen half instead of TRL's fused LM head."""
+    rejected) of `<section>.max_length` tokens (capped by train.max_seq_length), or of the data's longest pair
+    within those limits; `full_logits`: the loss takes the whole logits and an fp32 cross-entropy of the
+    chosen half instead of TRL's fused LM head."""
     pairs = cfg.train.per_device_train_batch_size
-    seq = min(getattr(cfg, section).max_length, cfg.train.max_seq_length)
+    sec = getattr(cfg, section)
+    seq = min(sec.max_length, cfg.train.max_seq_length)
+    if data is not None and data.answers:
+        seq = data.pair(sec.max_prompt_length, seq)
     levers = [*halve_micro_batch(cfg, pairs)]
     if seq >= 16:
         levers.append(("halve the sequence length", {f"{section}.max_length": seq // 2}))

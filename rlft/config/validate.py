@@ -16,6 +16,7 @@ from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.init_from import resolve_init_from
 from rlft.config.lr import resolve_learning_rate
+from rlft.config.preference_lengths import check_prompt_length
 from rlft.config.schema import (SLURM_TIME, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
                                 section_fields)
 from rlft.config.stages import SPECS as STAGE_SPECS
@@ -210,9 +211,8 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
             err("model.ref", f"no local folder `{ref}`; it will be loaded as a hub id", "warning")
     section = spec.section
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
-        mp, ml = g(f"{section}.max_prompt_length"), g(f"{section}.max_length")
-        if isinstance(mp, int) and isinstance(ml, int) and mp >= ml:
-            err(f"{section}.max_prompt_length", f"must be smaller than {section}.max_length ({ml})")
+        # within the effective max_length (capped by train.max_seq_length): an error when the user set it, else derived
+        check_prompt_length(c, section, g, problems)
     # hardware and processes
     strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":
@@ -268,6 +268,38 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
         # `rewards:` left empty in the user's own file is no profile being checked: an error there too
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function",
             "error" if c.set_by_user("rewards") else level)
+
+
+# control characters: C0 (line feed, carriage return, tab, ...), DEL, C1, and Unicode's line/paragraph separators
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# the values `--dry-run` prints into its command lines and the SLURM script into its lines, comments included
+LAUNCH_TEXT = ("train.output_dir", "hw.main_process_ip", "slurm.partition", "slurm.job_name", "slurm.time")
+
+
+def control_character(value: str) -> str | None:
+    """The first control character in `value`, written as Python writes it (`'\\n'`), or None."""
+    found = CONTROL.search(value)
+    return None if found is None else repr(found.group())
+
+
+def _check_launch_text(c: Composed, problems: list[Problem]) -> None:
+    """A line break (or any control character) in a value that reaches the printed launch lines or the SLURM
+    script would end the line it is written on (a comment line, too) and run the rest as a command: refused."""
+    refused = {p.key for p in problems if p.level == "error"}  # e.g. `slurm.job_name` with a line break: one word
+    for key in LAUNCH_TEXT:
+        value = _get(c.data, key)
+        bad = control_character(value) if isinstance(value, str) else None
+        if bad and key not in refused:
+            problems.append(Problem(key, c.layer_of(key), f"contains a control character ({bad}); it is written into "
+                                    "the launch commands and the SLURM script, where it would end a line: use "
+                                    "printable characters only"))
+    section = c.data.get("slurm")
+    extra = section.get("extra") if isinstance(section, dict) else None
+    for i, line in enumerate(extra if isinstance(extra, list) else []):
+        bad = control_character(line.replace("\t", " ")) if isinstance(line, str) else None
+        if bad and f"slurm.extra[{i}]" not in refused:  # a line break has its own message (_check_slurm)
+            problems.append(Problem(f"slurm.extra[{i}]", c.layer_of("slurm.extra"), f"contains a control character "
+                                    f"({bad}); give each line of the script as printable text"))
 
 
 def _check_slurm(c: Composed, problems: list[Problem]) -> None:
@@ -481,6 +513,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
     c.data["stage"] = c.stage
     _cross_field(c, problems, for_train, check_files)  # guarded by type checks, so it is safe after type errors
     _check_slurm(c, problems)
+    _check_launch_text(c, problems)
     _check_other_stage_sections(c, problems)
     if not any(p.level == "error" for p in problems):
         if check_files:

@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlft.models.config_json import load_checked_config
+
 FORMAT_VERSION = 1  # bumped when the recipe changes, so an older build is not reused
 MARKER_FILE = "rlft_smoke_model.json"
 CACHE_SUBDIR = "smoke-models"
@@ -147,8 +149,8 @@ def _build(files: ModelFiles, out: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    real = load_checked_config(files.folder / "config.json")
     config, changed = tiny_config(files.folder)
-    real = json.loads((files.folder / "config.json").read_text())
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(files.folder))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -194,12 +196,14 @@ def read_marker(folder: Path) -> dict | None:
 
 def ensure_family_model(files: ModelFiles, cache_dir: Path | None = None) -> tuple[Path, dict]:
     """(the tiny model's folder, its marker), built once per real config + tokenizer; FamilyError when the
-    family cannot be rebuilt tiny."""
+    family cannot be rebuilt tiny; ConfigJsonError when its config.json is damaged or holds a size out of range (the
+    real run would fail on it too)."""
     from rlft.tiny import default_cache_dir
 
+    real = load_checked_config(files.folder / "config.json")  # before anything is built (or reused) from it
     root = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / CACHE_SUBDIR
     key = fingerprint(files.folder)
-    model_type = str(json.loads((files.folder / "config.json").read_text()).get("model_type") or "model")
+    model_type = str(real.get("model_type") or "model")
     final = root / f"{''.join(c for c in model_type if c.isalnum() or c in '-_')[:40] or 'model'}-{key[:16]}"
     marker = read_marker(final)
     if marker is not None:

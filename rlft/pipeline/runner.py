@@ -37,12 +37,15 @@ def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) 
     record = {"index": entry.index, "name": entry.name, "stage": entry.stage, "dir": str(run_dir),
               "status": status or "pending"}
     from rlft.monitor.summary import read_summary
+    from rlft.pipeline.table import summary_fields
 
     summary = read_summary(run_dir / "summary.json")
     if summary is None:
         return record
-    record.update(status=status or summary.get("status", "unknown"), wall_s=summary.get("wall_s"),
-                  steps=summary.get("steps"), eval=summary.get("eval", {}), exit_code=summary.get("exit_code"))
+    fields, damaged = summary_fields(summary, run_dir / "summary.json")  # wrong-typed fields named and left out
+    record.update(fields, status=status or fields["status"])
+    if damaged:
+        record["damaged"] = damaged
     return record
 
 

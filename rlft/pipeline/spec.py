@@ -134,6 +134,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
                                                         "entries"))
         raise ConfigError(problems)
     seq = _value_node(node, "stages")
+    named: dict[str, tuple[int, str]] = {}  # stage name -> (position, line) of the first entry of that name
     for i, item in enumerate(raw, start=1):
         item_node = seq.value[i - 1] if isinstance(seq, yaml.SequenceNode) else None
         where = f"{shown}:{item_node.start_mark.line + 1}" if item_node is not None else shown
@@ -158,6 +159,21 @@ def load_pipeline(path: str | Path) -> Pipeline:
         if bad:
             problems.append(Problem(f"stages[{i}].name", where, bad))
             continue
+        name = str(item.get("name") or stage)
+        if name.isdigit():  # `stages.2.KEY=VALUE` means stage 2
+            problems.append(Problem(f"stages[{i}].name", where, f"`{name}` reads as a stage number in "
+                                                                 "stages.<number or name>.KEY=VALUE; give a name with "
+                                                                 "a letter in it"))
+            continue
+        if name in named:  # `stages.<name>.KEY=VALUE` would change only the first of them
+            first, first_where = named[name]
+            how = "its `name:`" if "name" in item else f"its stage (`{stage}`), as it has no `name:`"
+            problems.append(Problem(f"stages[{i}].name", where, f"stage {i} is named `{name}` ({how}), as is stage "
+                                                                 f"{first} ({first_where}): stage names must differ, "
+                                                                 f"since stages.<name>.KEY=VALUE picks one stage; "
+                                                                 f"give each a `name:` of its own"))
+            continue
+        named[name] = (i, where)
         own = {k: v for k, v in item.items() if k not in ENTRY_KEYS}
         anchor_paths(own, base_dir)
         entry_lines: dict[str, int] = {}
@@ -165,8 +181,7 @@ def load_pipeline(path: str | Path) -> Pipeline:
         layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS},
                       source_dir=base_dir)
         model = own.get("model") if isinstance(own.get("model"), dict) else {}
-        pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], str(item.get("name") or stage),
-                                      layer, "init_from" in model))
+        pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], name, layer, "init_from" in model))
     if problems:
         raise ConfigError(problems)
     return pipe

@@ -4,15 +4,84 @@ Pure functions over pipeline_summary.json's stage records."""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from typing import Any
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, else None (a damaged file's string, list or bool is no number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return value
+    return None
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", float: "a number", int: "a number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def summary_fields(summary: dict, path: Path | str) -> tuple[dict, list[str]]:
+    """What a stage record takes from the stage's summary.json (status, wall_s, steps, eval, exit_code), each of the
+    type the table reads, and one line per field that was not (left out, naming the file): a damaged or hand-edited
+    summary never stops `pipeline run --resume` or the table."""
+    problems: list[str] = []
+
+    def bad(key: str, value: Any, want: str) -> None:
+        problems.append(f"{path}: `{key}` is {_kind(value)}, not {want}; left out")
+
+    out: dict[str, Any] = {"status": summary.get("status", "unknown"), "wall_s": summary.get("wall_s"),
+                           "steps": summary.get("steps"), "eval": summary.get("eval", {}),
+                           "exit_code": summary.get("exit_code")}
+    if not isinstance(out["status"], str):
+        bad("status", out["status"], "a word")
+        out["status"] = "unknown"
+    for key, integer in (("wall_s", False), ("steps", True), ("exit_code", True)):
+        value = out[key]
+        if value is not None and (_number(value) is None or (integer and not isinstance(value, int))):
+            bad(key, value, "an integer" if integer else "a number")
+            out[key] = None
+    ev = out["eval"]
+    if ev is None:
+        out["eval"] = {}
+    elif not isinstance(ev, dict):
+        bad("eval", ev, "an object of eval numbers")
+        out["eval"] = {}
+    else:
+        ev = dict(ev)
+        for part in ("start", "end"):
+            block = ev.get(part)
+            if block is None:
+                continue
+            if not isinstance(block, dict):
+                bad(f"eval.{part}", block, "an object")
+                del ev[part]
+                continue
+            block = dict(block)
+            for key in ("reward_mean", "preference_accuracy"):
+                if block.get(key) is not None and _number(block[key]) is None:
+                    bad(f"eval.{part}.{key}", block[key], "a number")
+                    del block[key]
+            ev[part] = block
+        out["eval"] = ev
+    return out, problems
+
 
 def eval_numbers(record: dict) -> tuple[float | None, float | None]:
-    """(eval start, eval end) mean reward of a stage record (None where the stage measured none)."""
-    ev = record.get("eval") or {}
-    return (ev.get("start") or {}).get("reward_mean"), (ev.get("end") or {}).get("reward_mean")
+    """(eval start, eval end) mean reward of a stage record (None where the stage measured none, or where what it
+    holds is not a number)."""
+    ev = _mapping(record.get("eval"))
+    return (_number(_mapping(ev.get("start")).get("reward_mean")),
+            _number(_mapping(ev.get("end")).get("reward_mean")))
 
 
 def _eval_set(record: dict) -> str | None:
-    return ((record.get("eval") or {}).get("end") or {}).get("eval_set")
+    found = _mapping(_mapping(record.get("eval")).get("end")).get("eval_set")
+    return found if isinstance(found, str) else None
 
 
 def stage_warnings(records: list[dict]) -> list[list[str]]:
@@ -42,11 +111,13 @@ def with_evals(records: list[dict]) -> list[dict]:
     rows = []
     for record, warnings in zip(records, stage_warnings(records)):
         start, end = eval_numbers(record)
-        rows.append({**record, "eval_start": start, "eval_end": end, "warnings": warnings})
+        damaged = [str(p) for p in record.get("damaged") or []]  # what the stage's summary.json held wrongly
+        rows.append({**record, "eval_start": start, "eval_end": end, "warnings": damaged + warnings})
     return rows
 
 
 def _num(x) -> str:
+    x = _number(x)
     return "-" if x is None else f"{x:.4g}"
 
 
@@ -57,7 +128,7 @@ def format_table(records: list[dict]) -> str:
     for r in with_evals(records):
         start, end = r["eval_start"], r["eval_end"]
         change = "-" if start is None and end is None else f"{_num(start)} -> {_num(end)}"
-        accuracy = ((r.get("eval") or {}).get("end") or {}).get("preference_accuracy")
+        accuracy = _number(_mapping(_mapping(r.get("eval")).get("end")).get("preference_accuracy"))
         if accuracy is not None:
             change += f" (held-out pair accuracy {accuracy:.3g})"
         lines.append(((str(r.get("index", "")), str(r.get("name", "")), str(r.get("stage", "")),

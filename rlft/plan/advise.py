@@ -8,6 +8,7 @@ from typing import Any
 
 from rlft.config.schema import RlftConfig, from_dict, to_dict
 from rlft.plan.estimate import Plan, make_plan, workload
+from rlft.plan.lengths import DataBasis
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,12 @@ def with_overrides(cfg: RlftConfig, overrides: dict[str, Any]) -> RlftConfig:
     return from_dict(RlftConfig, data)
 
 
-def candidates(cfg: RlftConfig) -> list[tuple[str, dict[str, Any]]]:
+def candidates(cfg: RlftConfig, data: DataBasis | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(what, overrides) for the levers that apply to this config: the stage's own (its spec's memory profile:
     micro-batch, rows sampled at once, sequence length, ...), then those of any stage."""
     t = cfg.train
     world = cfg.hw.num_processes * cfg.hw.num_machines
-    out: list[tuple[str, dict[str, Any]]] = list(workload(cfg, world).levers)
+    out: list[tuple[str, dict[str, Any]]] = list(workload(cfg, world, data).levers)
     if not t.gradient_checkpointing:
         out.append(("activation checkpointing", {"train.gradient_checkpointing": True}))
     if cfg.lora.enabled and cfg.lora.r > 4:
@@ -57,10 +58,12 @@ def candidates(cfg: RlftConfig) -> list[tuple[str, dict[str, Any]]]:
 
 
 def levers(cfg: RlftConfig, plan: Plan) -> list[Lever]:
-    """The levers that lower the peak, the largest saving first."""
+    """The levers that lower the peak, the largest saving first (re-planned on the same data's lengths: a
+    shorter limit only counts where the data reaches it)."""
     out = []
-    for what, overrides in candidates(cfg):
-        after = make_plan(with_overrides(cfg, overrides), plan.shape, plan.device_bytes, plan.device_source, plan.hw)
+    for what, overrides in candidates(cfg, plan.data):
+        after = make_plan(with_overrides(cfg, overrides), plan.shape, plan.device_bytes, plan.device_source, plan.hw,
+                          plan.data)
         if after.peak < plan.peak * 0.999:
             out.append(Lever(what, overrides, after.peak))
     return sorted(out, key=lambda lv: lv.peak)

@@ -7,9 +7,10 @@ up: glibc keeps what a phase freed in the process (RSS does not fall back betwee
 `allocator` term adds what it holds beyond the live tensors.
 
 What a stage holds (its batches in tokens and rows, reference, value head, scoring pass, sampler copy,
-vLLM share) is its spec's `memory(cfg, world)` profile (`rlft/stages/<name>/spec.py`); a stage without one
-plans as SFT on train.*. Sequence terms use the config's limits (a sampled prompt is planned at
-train.max_seq_length minus the completion budget): batches of shorter prompts use less.
+vLLM share) is its spec's `memory(cfg, world, data)` profile (`rlft/stages/<name>/spec.py`); a stage without
+one plans as SFT on train.*. Sequence terms use the training data's longest rows where `rlft.plan.lengths`
+could read them (`data`, capped by the config's limits), else the config's limits (a sampled prompt at
+train.max_seq_length minus the completion budget), the worst case any data can reach.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.config.stagespec import SEPARATE_REFERENCE, MemoryProfile, Reference, sft_profile
 from rlft.plan import terms as T
+from rlft.plan.lengths import DataBasis
 from rlft.plan.model_shape import ModelShape
 
 
@@ -37,6 +39,13 @@ class Plan:
     device_source: str
     notes: list[str] = field(default_factory=list)
     adds: tuple[str, ...] = ()  # phases held at once (summed); the others count by the largest
+    data: DataBasis | None = None  # the data's lengths it planned with; None: the config's limits
+    limits_why: str = ""           # why the limits, when data was asked for
+    tokens: dict[str, int] = field(default_factory=dict)  # the sequence lengths planned (prompt, completion, ...)
+
+    @property
+    def basis(self) -> str:
+        return "limits" if self.data is None else "data"
 
     def phase_bytes(self, phase: str) -> float:
         return sum(t.bytes for t in self.terms if t.phase == phase)
@@ -108,10 +117,11 @@ def precision(cfg: RlftConfig) -> Precision:
     return Precision(weight_b, compute_b, train_b, "bf16" if t.bf16 else "fp16" if t.fp16 else "fp32")
 
 
-def workload(cfg: RlftConfig, world: int) -> MemoryProfile:
-    """What one device holds at once: the stage's own profile, or SFT on train.* when its spec has none."""
+def workload(cfg: RlftConfig, world: int, data: DataBasis | None = None) -> MemoryProfile:
+    """What one device holds at once: the stage's own profile (for the data's lengths, or the limits), or SFT
+    on train.* when its spec has none."""
     spec = get_spec(cfg.stage)
-    return spec.memory(cfg, world) if spec.memory else sft_profile(cfg)
+    return spec.memory(cfg, world, data.lengths if data else None) if spec.memory else sft_profile(cfg)
 
 
 def _reference(ref: Reference, shape: ModelShape, pr: Precision, shard: int) -> T.Term:
@@ -212,13 +222,14 @@ def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Memory
 
 
 def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = None, device_source: str = "",
-              hw: str = "") -> Plan:
-    """Every term of one device for this config and model, and how the phases combine into the peak."""
+              hw: str = "", data: DataBasis | None = None, limits_why: str = "") -> Plan:
+    """Every term of one device for this config and model, and how the phases combine into the peak: sequences
+    from the data's lengths (`data`), or at the config's limits (None; `limits_why` says why, if asked)."""
     if device_bytes is None and not device_source:
         device_bytes, device_source = device_memory(cfg)
     world = cfg.hw.num_processes * cfg.hw.num_machines
     pr = precision(cfg)
-    w = workload(cfg, world)
+    w = workload(cfg, world, data)
     sw, _, _, how = sharding(cfg, world)
     offload = cfg.hw.distributed_strategy == "fsdp" and cfg.hw.fsdp_offload_params
     notes = [f"per device: {how}" + ("; FSDP offloads parameters, gradients and optimizer state to "
@@ -240,9 +251,23 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
         adds = (T.SAMPLING, T.TRAINING)
     if w.episodes:
         notes.append(f"episodes (env.name): sequences planned at train.max_seq_length {cfg.train.max_seq_length}")
-    notes.append("attention planned as SDPA/flash (no seq x seq scores kept); sequences at the config's limits")
+    notes.append("attention planned as SDPA/flash (no seq x seq scores kept); " + sequences_note(data, limits_why))
     if cfg.hw.device == "cpu":
         adds = (T.SAMPLING, T.SCORING, T.TRAINING)
         out.append(T.allocator(sum(t.bytes for t in out if t.phase != T.ALWAYS)))
     return Plan(cfg.stage, hw or cfg.hw.name, cfg.hw.device, world, pr.name, shape, out, device_bytes,
-                device_source, notes, adds)
+                device_source, notes, adds, data, limits_why, planned_tokens(w))
+
+
+def planned_tokens(w: MemoryProfile) -> dict[str, int]:
+    """The token lengths the plan used: the training row, and the sampled prompt and completion."""
+    out = {"train_sequence": w.train_seq}
+    if w.sample_rows:
+        out.update(prompt=w.prompt, completion=w.completion)
+    return out
+
+
+def sequences_note(data: DataBasis | None, limits_why: str) -> str:
+    if data is not None:
+        return "sequences from the data, capped by the config's limits: " + data.describe()
+    return "sequences at the config's limits" + (f" ({limits_why})" if limits_why else "")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.config.errors import ConfigError
+from rlft.models.config_json import ConfigJsonError
 from rlft.smoke.changes import Change, ModelChoice, as_layer, choose_model, smoke_changes
 
 SMOKE_ROOT = Path("runs") / "smoke"
@@ -262,7 +263,11 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
     except StageNotBuilt as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    choice = choose_model(cfg0.model.name_or_path)
+    try:
+        choice = choose_model(cfg0.model.name_or_path)
+    except ConfigJsonError as exc:  # the real run would fail on it too: one line, nothing built or run
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     root = smoke_dir(stage)
     changes = smoke_changes(cfg0, composed0, choice, str(root))
     layer = as_layer(changes)
@@ -335,7 +340,11 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
     layers: dict[int, list] = {}
     for entry, cfg0, composed0, _ in checked:
         name = cfg0.model.name_or_path
-        choice = choices.get(name) or choices.setdefault(name, choose_model(name))
+        try:
+            choice = choices.get(name) or choices.setdefault(name, choose_model(name))
+        except ConfigJsonError as exc:  # the real run would fail on it too: one line, nothing built or run
+            print(f"error: {entry.label}: {exc}", file=sys.stderr)
+            return 2
         changes = smoke_changes(cfg0, composed0, choice, None, own_init_from=entry.sets_init_from)
         layers[entry.index] = [as_layer(changes)]
         spec = get_spec(entry.stage)

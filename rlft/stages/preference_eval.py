@@ -2,7 +2,8 @@
 with `rewards:` configured, fresh samples on the first data.eval_prompts prompts of the preference data (data.eval,
 or data.train without it) from the starting and the final policy, scored by those rewards exactly as the sampling
 stages score theirs (summary.json's eval.start / eval.end); with data.eval, the last held-out preference accuracy
-TRL logged (eval.end.preference_accuracy)."""
+TRL logged (eval.end.preference_accuracy). The samples are whole answers: up to `<stage>.eval_max_new_tokens`, or
+the longest chosen answer of those pairs (rlft.config.preference_lengths has the rule)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class PreferenceEval:
     def __init__(self, cfg: RlftConfig, suite, source):
         self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
         self.completions = None  # completions.jsonl, once the run folder exists
+        self.max_new_tokens = None  # the answer budget, once the tokenizer is known (`answer_budget`)
 
     @classmethod
     def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
@@ -40,13 +42,8 @@ class PreferenceEval:
     def _evaluate(self, model, rows: list[dict], step: int | None = None) -> dict:
         from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
 
-        section = getattr(self.cfg, self.cfg.stage)
-        # the answer budget the stage trains with: what fits beside the longest prompt (the stage's max_length,
-        # capped by train.max_seq_length, as the recipe in rlft.stages.preference sets it)
-        longest = min(section.max_length, self.cfg.train.max_seq_length)
-        answer = max(1, longest - section.max_prompt_length)
-        params = SamplingParams(max_new_tokens=answer, batch_size=self.cfg.train.per_device_train_batch_size,
-                                seed=self.cfg.train.seed + EVAL_SEED_OFFSET)
+        params = SamplingParams(max_new_tokens=self.max_new_tokens, seed=self.cfg.train.seed + EVAL_SEED_OFFSET,
+                                batch_size=self.cfg.train.per_device_train_batch_size)
         prompts = [r["prompt"] for r in rows]
         columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
         return evaluation(self.tokenizer, self.suite, prompts, columns, SAMPLES_PER_PROMPT, params,
@@ -58,7 +55,27 @@ class PreferenceEval:
         self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
         self.completions = ctx.run.eval_completions  # each evaluation's samples, as `eval-<i>` rows
         if self.eval_rows:
+            self.max_new_tokens = self.answer_budget(tokenizer, source)
             ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows, 0)
+
+    def answer_budget(self, tokenizer, source) -> int:
+        """New tokens per eval sample, said in one line: `<stage>.eval_max_new_tokens`, else the longest chosen
+        answer of the preference rows the prompts come from (rlft.config.preference_lengths has the rule)."""
+        from rlft.config.preference_lengths import ANSWER_ROWS, eval_budget
+
+        sec = getattr(self.cfg, self.cfg.stage)
+        longest, measured = None, ""
+        if sec.eval_max_new_tokens is None:
+            rows = source.select(range(min(ANSWER_ROWS, len(source)))).to_list()
+            key = "data.eval" if self.cfg.data.eval else "data.train"
+            try:
+                longest = max(answer_tokens(tokenizer, rows))
+                measured = f"max of the first {len(rows)} pairs of {key} as training tokenizes them"
+            except Exception as exc:  # a chat template that cannot render the rows alone: the stated default
+                measured = f"the chosen answers of {key} could not be measured: {exc}"
+        n, why = eval_budget(self.cfg, longest, measured)
+        print(f"rlft: eval: answers of up to {n} new tokens: {why}", file=sys.stderr)
+        return n
 
     def end(self, trainer, ctx) -> None:
         """eval.end after a finished run: the reward mean of fresh samples and the held-out preference accuracy."""
@@ -75,6 +92,24 @@ class PreferenceEval:
             if accuracy is not None:
                 parts.append(f"held-out preference accuracy {accuracy:.3f}")
             print(f"rlft: eval: {'; '.join(parts)}", file=sys.stderr)
+
+
+def answer_tokens(tokenizer, rows: list[dict]) -> list[int]:
+    """Each row's chosen answer in tokens as training sees it: for chat messages what the answer adds to the
+    templated prompt (its end-of-turn tokens included), for text the answer's tokens; + 1 for the end of sequence."""
+    from rlft.data.messages import as_text
+
+    heads, fulls = [], []
+    for row in rows:
+        prompt, chosen = row["prompt"], row["chosen"]
+        if isinstance(prompt, list) and isinstance(chosen, list):
+            heads.append(tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True))
+            fulls.append(tokenizer.apply_chat_template(prompt + chosen, tokenize=False))
+        else:
+            heads.append("")
+            fulls.append(as_text(chosen))
+    count = lambda texts: [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]  # noqa: E731
+    return [max(0, f - h) + 1 for h, f in zip(count(heads), count(fulls))]
 
 
 def last_logged(history: list[dict], key: str) -> float | None:

@@ -4,9 +4,11 @@ DPOTrainer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from rlft.config.fields import F
-from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, MemoryProfile, \
+from rlft.config.preference_lengths import explain
+from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, \
     StageChecks, StageSpec, is_number, preference_profile, reference_held
 
 
@@ -17,6 +19,8 @@ class DPOConfig:
                                     "probability with loss_type robust.", ge=0, lt=0.5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
+    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens; null = the "
+                                                 "longest chosen answer in the data, at most max_length.", ge=1)
     loss_type: str = F("sigmoid", "DPO loss variant (TRL "
                                   "`loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair",
                                                             "sppo_hard", "nca_pair", "apo_zero", "apo_down"])
@@ -36,10 +40,10 @@ def model_card(cfg) -> list[str]:
     return [f"- DPO: beta {cfg.dpo.beta:g}"]
 
 
-def memory(cfg, world: int) -> MemoryProfile:
+def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
     """TRL's DPOTrainer: fused LM head; the reference is always measured against (a frozen copy under full
     fine-tuning)."""
-    return preference_profile(cfg, "dpo", reference_held(cfg, True, "", full_copy=True))
+    return preference_profile(cfg, "dpo", reference_held(cfg, True, "", full_copy=True), data=data)
 
 
 SPEC = StageSpec(
@@ -51,6 +55,6 @@ SPEC = StageSpec(
     data_columns=PREFERENCE_COLUMNS, uses_reference=True,
     metrics=(*PREFERENCE_METRICS, *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "rewards/margins"),
-    checks=checks, model_card=model_card, memory=memory,
+    checks=checks, explain=explain, model_card=model_card, memory=memory,
     report_note="DPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
 )

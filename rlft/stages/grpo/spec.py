@@ -8,8 +8,8 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import GRPO_BASELINES, POLICY_LOSSES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, MemoryProfile, StageChecks, StageSpec, kl_control_note, \
-    fewer_sampled_rows, halve_micro_batch, is_number, reference_held, shorter_sequences
+from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, StageSpec, \
+    fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, shorter_sequences
 
 # TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
 TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
@@ -276,11 +276,12 @@ def micro_batch(cfg, world: int) -> int:
         return max(1, min(cfg.train.per_device_train_batch_size, cfg.grpo.batch_size * cfg.grpo.group_size // world))
 
 
-def memory(cfg, world: int) -> MemoryProfile:
-    """One generation of batch_size x group_size completions sampled at once (a prompt planned at
-    train.max_seq_length - max_tokens), trained in micro-batches of the runner's layout."""
-    g, t = cfg.grpo, cfg.train
-    prompt = max(1, t.max_seq_length - g.max_tokens)
+def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
+    """One generation of batch_size x group_size completions sampled at once (a prompt planned at the data's
+    longest, else at train.max_seq_length - max_tokens; completions at max_tokens), trained in micro-batches of
+    the runner's layout."""
+    g = cfg.grpo
+    prompt = prompt_tokens(cfg, g.max_tokens, data)
     micro = micro_batch(cfg, world)
     vllm = g.generation_backend == "vllm"
     util = float(cfg.trl.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION))

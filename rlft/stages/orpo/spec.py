@@ -4,10 +4,12 @@ experimental ORPOTrainer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from rlft.config.fields import F
+from rlft.config.preference_lengths import explain
 from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, \
-    MemoryProfile, Reference, StageSpec, preference_profile
+    DataLengths, MemoryProfile, Reference, StageSpec, preference_profile
 
 
 @dataclass
@@ -15,15 +17,18 @@ class ORPOConfig:
     beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
+    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens; null = the "
+                                                 "longest chosen answer in the data, at most max_length.", ge=1)
 
 
 def model_card(cfg) -> list[str]:
     return [f"- ORPO: beta {cfg.orpo.beta:g}"]
 
 
-def memory(cfg, world: int) -> MemoryProfile:
+def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
     """TRL's ORPOTrainer: whole logits (no fused LM head), and no reference model."""
-    return preference_profile(cfg, "orpo", Reference(NO_REFERENCE, "orpo uses no reference here"), full_logits=True)
+    return preference_profile(cfg, "orpo", Reference(NO_REFERENCE, "orpo uses no reference here"), full_logits=True,
+                              data=data)
 
 
 SPEC = StageSpec(
@@ -35,7 +40,7 @@ SPEC = StageSpec(
     metrics=(*PREFERENCE_METRICS, "log_odds_ratio", *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "log_odds_ratio"),
     experimental=True,  # wraps trl.experimental
-    model_card=model_card, memory=memory,
+    explain=explain, model_card=model_card, memory=memory,
     report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare "
                 "here.",
 )

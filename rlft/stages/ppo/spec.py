@@ -9,8 +9,9 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
-from rlft.config.stagespec import (BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, Logits, MemoryProfile, StageChecks, StageSpec,
-                                   fewer_sampled_rows, is_number, kl_control_note, reference_held, shorter_sequences)
+from rlft.config.stagespec import (BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits, MemoryProfile,
+                                   StageChecks, StageSpec, fewer_sampled_rows, is_number, kl_control_note,
+                                   prompt_tokens, reference_held, shorter_sequences)
 
 
 @dataclass
@@ -125,12 +126,12 @@ def schedule(cfg) -> str:
             f"{steps} optimizer steps per update, {steps * updates} in all (the learning-rate schedule's length)")
 
 
-def memory(cfg, world: int) -> MemoryProfile:
+def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
     """rlft's PPO: an update's episodes sampled at once, scored in one no-grad pass (behaviour and reference
     log-probs, values from the hidden states), trained in minibatches with the whole logits (fp32 log_softmax
     of the scored positions, and entropy's log_softmax and exp)."""
     p, t = cfg.ppo, cfg.train
-    prompt = max(1, t.max_seq_length - p.max_tokens)
+    prompt = prompt_tokens(cfg, p.max_tokens, data)
     rows = max(1, p.batch_size // world)
     mini = max(1, min(p.mini_batch_size // world, rows))
     ref_used = p.init_kl_coef > 0 or cfg.model.ref not in PLAIN_REF
