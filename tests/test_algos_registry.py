@@ -25,6 +25,65 @@ def test_registry_lookup_names_and_did_you_mean():
         reg.get("alpah")
 
 
+
+def test_registering_a_taken_name_names_the_name_and_both_registrants():
+    reg = Registry("widget")
+    reg.register("alpha")(len)
+    with pytest.raises(ValueError, match=r"widget 'alpha' is already registered by builtins\.len; builtins\.abs "
+                                         r"cannot take the name too"):
+        reg.register("alpha")(abs)
+    assert reg.get("alpha") is len  # the first stays
+    with pytest.raises(ValueError, match="already registered"):  # two lambdas are two pieces
+        reg.register("l")(lambda: 1)
+        reg.register("l")(lambda: 2)
+
+
+def test_registering_the_same_piece_again_is_idempotent():
+    reg = Registry("widget")
+    assert reg.register("alpha")(len) is len and reg.register("alpha")(len) is len
+    assert reg.names() == ("alpha",) and reg.get("alpha") is len
+
+
+def test_built_in_registries_refuse_a_second_piece_under_a_built_in_name(monkeypatch):
+    from rlft.algos import register_baseline
+    from rlft.algos.advantages import BASELINES
+    from rlft.envs.registry import ENVS, register_env
+
+    monkeypatch.setattr(BASELINES, "_items", dict(BASELINES._items))
+    monkeypatch.setattr(ENVS, "_items", dict(ENVS._items))
+    with pytest.raises(ValueError, match=r"baseline 'group_mean' is already registered by "
+                                         r"rlft\.algos\.advantages\.\w+; .*mine"):
+        @register_baseline("group_mean")
+        def mine(rewards_PG, group_size, valid_PG):
+            return rewards_PG
+    with pytest.raises(ValueError, match=r"env 'toolsim' is already registered by rlft\.envs\.toolsim\.ToolSim"):
+        @register_env("toolsim")
+        class Other:
+            pass
+    with pytest.raises(ValueError, match=r"loss_fn 'ppo' is already registered by "
+                                         r"rlft\.algos\.policy_loss\.clipped_surrogate"):
+        POLICY_LOSSES.register("ppo")(importance_sampling)
+
+
+def test_reloading_a_module_that_registers_is_no_error(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "rlft_test_reg_home.py").write_text("from rlft.algos.registry import Registry\nREG = Registry('w')\n")
+    (tmp_path / "rlft_test_reg_plugin.py").write_text(
+        "from rlft_test_reg_home import REG\n\n@REG.register('one')\ndef one():\n    return 1\n\n"
+        "@REG.register('cls')\nclass Cls:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for mod in ("rlft_test_reg_home", "rlft_test_reg_plugin"):
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    plugin = importlib.import_module("rlft_test_reg_plugin")
+    first = plugin.one
+    plugin = importlib.reload(plugin)
+    home = sys.modules["rlft_test_reg_home"]
+    assert plugin.one is not first and home.REG.get("one") is plugin.one and home.REG.get("cls") is plugin.Cls
+    assert home.REG.names() == ("one", "cls")
+    for mod in ("rlft_test_reg_home", "rlft_test_reg_plugin"):  # not left for later tests
+        sys.modules.pop(mod, None)
+
 def test_kl_penalty_looks_the_estimator_up_by_name(monkeypatch):
     monkeypatch.setattr(KL_ESTIMATORS, "_items", dict(KL_ESTIMATORS._items))
     KL_ESTIMATORS.register("twice")(lambda lp, ref, lp_v=None, ref_v=None: 2 * (lp - ref))

@@ -387,6 +387,86 @@ def test_trl_keys_are_checked_against_the_stage_trainer():
     assert "grpo.group_size" in msg
 
 
+
+# --- `trl:` keys a path does not read, or that fight rlft's own keys: refused at validate time ---------------
+
+def test_trl_epsilon_high_with_the_unclipped_loss_names_both_keys():
+    _needs_trl_sources("grpo")
+    write("p.yaml", "grpo:\n  loss_fn: importance_sampling\ntrl:\n  epsilon_high: 0.28\n")
+    key, layer, msg = one_error("--stage", "grpo", "-c", "p.yaml")
+    assert (key, layer) == ("trl.epsilon_high", "p.yaml:4")
+    assert "grpo.loss_fn is `importance_sampling`" in msg and "grpo.loss_fn: ppo" in msg and "grpo.clip_range" in msg
+
+
+def test_trl_epsilon_high_with_the_clipped_loss_is_dapo_s_asymmetric_clip():
+    _needs_trl_sources("grpo")
+    result = cli("validate-config", "--stage", "grpo", "grpo.loss_fn=ppo", "trl.epsilon_high=0.28")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("over, key, words", [
+    (("trl.epsilon=0.3",), "trl.epsilon", "grpo.loss_fn: ppo"),
+    (("trl.delta=2.0",), "trl.delta", "grpo.loss_fn: ppo"),
+    (("trl.loss_type=cispo",), "trl.loss_type", "1e9"),
+    (("trl.importance_sampling_level=sequence",), "trl.importance_sampling_level", "grpo.loss_fn: ppo"),
+])
+def test_trl_keys_fighting_the_unclipped_loss_are_refused(over, key, words):
+    _needs_trl_sources("grpo")
+    got, _, msg = one_error("--stage", "grpo", "grpo.loss_fn=importance_sampling", *over)
+    assert got == key and "grpo.loss_fn" in msg and words in msg
+
+
+def test_trl_loss_types_that_ignore_grpo_loss_fn_are_refused():
+    _needs_trl_sources("grpo")
+    key, _, msg = one_error("--stage", "grpo", "trl.loss_type=cispo")  # the profile's ppo: cap = clip_range
+    assert key == "trl.loss_type" and "trl.epsilon_high" in msg and "grpo.clip_range (0.2)" in msg
+    assert cli("validate-config", "--stage", "grpo", "trl.loss_type=cispo", "trl.epsilon_high=5.0").exit_code == 0
+    key, _, msg = one_error("--stage", "grpo", "trl.loss_type=sapo")
+    assert key == "trl.loss_type" and "grpo.loss_fn" in msg
+    key, _, msg = one_error("--stage", "grpo", "trl.vespo_k_pos=2.0")
+    assert key == "trl.vespo_k_pos" and "trl.loss_type: vespo" in msg
+
+
+def test_trl_on_grpo_episodes_is_refused_naming_the_path():
+    _needs_trl_sources("grpo")
+    example = REPO / "configs" / "examples" / "tool_use_grpo.yaml"
+    key, layer, msg = one_error("--stage", "grpo", "--hw", "cpu", "-c", example, "trl.loss_type=dr_grpo")
+    assert (key, layer) == ("trl.loss_type", "command line")
+    assert "env.name" in msg and "episode loop" in msg and "does not read trl: keys" in msg
+
+
+def test_trl_on_ppo_is_refused_naming_the_stage():
+    write("p.yaml", "trl:\n  top_k: 20\n")
+    key, layer, msg = one_error("--stage", "ppo", "-c", "p.yaml")
+    assert (key, layer) == ("trl.top_k", "p.yaml:2")
+    assert "stage `ppo` runs rlft's own trainer" in msg and "does not read trl: keys" in msg
+
+
+def test_vllm_trl_keys_need_the_vllm_backend():
+    _needs_trl_sources("grpo")
+    key, _, msg = one_error("--stage", "grpo", "trl.vllm_gpu_memory_utilization=0.5")
+    assert key == "trl.vllm_gpu_memory_utilization" and "grpo.generation_backend" in msg
+    for trl_key, rlft_key in (("use_vllm", "grpo.generation_backend"), ("vllm_mode", "grpo.vllm_mode")):
+        key, _, msg = one_error("--stage", "grpo", f"trl.{trl_key}=server")
+        assert key == f"trl.{trl_key}" and f"`{rlft_key}`" in msg
+
+
+def test_sampled_sft_refuses_packing_at_validate_time():
+    _needs_trl_sources("rs_sft")
+    for stage in ("rs_sft", "awr"):
+        key, _, msg = one_error("--stage", stage, "trl.packing=true")
+        assert key == "trl.packing" and "one sequence at a time" in msg
+
+
+def test_a_legit_trl_key_on_single_turn_grpo_still_validates():
+    _needs_trl_sources("grpo")
+    for over in (("trl.top_k=20", "trl.loss_type=dr_grpo", "trl.mask_truncated_completions=true"),
+                 ("grpo.loss_fn=importance_sampling", "trl.loss_type=grpo", "trl.top_k=20"),
+                 ("grpo.async.max_steps_off_policy=1", "trl.top_k=20")):
+        result = cli("validate-config", "--stage", "grpo", *over)
+        assert result.exit_code == 0, (over, result.output)
+        assert not [p for p in problems(result, "warning") if p[0].startswith("trl.")]
+
 # --- rlft list ---------------------------------------------------------------------------------
 
 def test_list_names_every_stage_hw_and_example():

@@ -71,7 +71,7 @@ def test_show_config_explains_rounds(stage, words):
 
 def test_sft_config_for_sampled_stages(tmp_path):
     pytest.importorskip("trl")
-    from rlft.config import load_config
+    from rlft.config import ConfigError, load_config
     from rlft.run import RunError
     from rlft.stages.sampled_sft import sft_trl_config
 
@@ -79,6 +79,9 @@ def test_sft_config_for_sampled_stages(tmp_path):
     args = sft_trl_config(cfg, str(tmp_path), composed)
     assert args.max_length == 300 and args.neftune_noise_alpha == 5 and not args.packing
     assert args.completion_only_loss is None  # TRL's rule: prompt/completion data -> loss on completions only
-    cfg, composed, _ = load_config("rs_sft", "cpu", [], ["trl.packing=true"])
+    with pytest.raises(ConfigError, match="trl.packing"):  # refused at validate time
+        load_config("rs_sft", "cpu", [], ["trl.packing=true"])
+    cfg, composed, _ = load_config("rs_sft", "cpu", [])
+    cfg.trl["packing"] = True  # and again where the SFT config is built
     with pytest.raises(RunError, match="trl.packing"):
         sft_trl_config(cfg, str(tmp_path), composed)

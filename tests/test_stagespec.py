@@ -184,7 +184,8 @@ def test_trl_error_names_the_passthrough_key_and_its_layer(tmp_path):
 def test_trl_error_maps_trl_options_back_to_rlft_keys():
     from rlft.stages.trl_config import rlft_keys_in
 
-    cfg, _, _ = load_config("grpo", "cpu", overrides=["trl.generation_batch_size=8"])
+    cfg, _, _ = load_config("grpo", "cpu")
+    cfg.trl["generation_batch_size"] = 8  # validate refuses it (grpo.batch_size sets it); TRL's objection maps back
     args = {"generation_batch_size": 8, "steps_per_generation": 4, "learning_rate": 1e-5}
     msg = "'generation_batch_size' and 'steps_per_generation' can not be both configured at the same time"
     assert rlft_keys_in(msg, args, cfg) == ["trl.generation_batch_size", "grpo.num_substeps"]

@@ -10,5 +10,6 @@ KL_PENALTIES = ("kl", "abs", "mse", "full")                                     
 KEEP_RULES = ("best", "above_threshold")                                            # rlft.algos.rejection
 TOO_LONG_MODES = ("truncate", "drop", "error")                                      # rlft.data.checks
 POLICY_LOSSES = ("importance_sampling", "ppo")                                      # rlft.algos.policy_loss
+CLIPPED_POLICY_LOSSES = ("ppo",)                                                    # those with clipped=True
 ADVANTAGE_ESTIMATORS = ("gae", "episode_returns")                                   # rlft.algos.estimators
 ENVS = ("toolsim",)                                                                 # rlft.envs.registry

@@ -9,6 +9,8 @@ stage up through `rlft.config.stages.get_spec` instead of comparing stage names:
   being trained;
 - `rlft.config.render` adds `explain(cfg)` to `show-config --explain`;
 - `rlft.stages.get_runner` imports `runner`; `rlft.config.trl_fields` reads `trl_config`/`trl_modeled`;
+  `rlft.config.validate` refuses every `trl:` key where `trl_unread` gives a reason (or `trl_config` is None)
+  and runs `trl_checks` on the `trl:` keys that fight the stage's own;
 - `rlft.monitor` reads `metrics`, `console`, `health_rules`, `model_card(cfg)` and `report_note`;
 - `rlft.runtime` reads `total_steps` and refuses a resume when a `resume_breaking` key changed;
 - `rlft.plan` turns `memory(cfg, world, data)`, a `MemoryProfile` (tokens, rows and flags, no bytes), into the
@@ -29,6 +31,20 @@ PREFERENCE_COLUMNS = ("data.prompt_column", "data.chosen_column", "data.rejected
 SAMPLED_SFT_METRICS = ("round", "sampled_reward_mean", "sampled_reward_std")  # RS-SFT / AWR: each round's samples
 SFT_TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"   # RS-SFT / AWR train with TRL's SFT config
 SFT_TRL_MODELED = (("max_length", "train.max_seq_length"),)
+
+
+def trl_options(c: "StageChecks") -> dict:
+    """The `trl:` passthrough as the user wrote it ({} when unset or not a mapping)."""
+    extra = c.get("trl")
+    return extra if isinstance(extra, dict) else {}
+
+
+def sft_trl_checks(c: "StageChecks") -> None:
+    """RS-SFT / AWR (a `trl_checks` hook): TRL's packing would train several samples as one sequence."""
+    for key in ("packing", "padding_free"):
+        if trl_options(c).get(key):
+            c.error(f"trl.{key}", f"not supported by stage {c.stage}: its samples are trained one sequence at a time "
+                    "(AWR weighs each one); drop it")
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,10 @@ class StageSpec:
     section_order: int = 100                # place of the section in config.yaml
     trl_config: str | None = None           # "module:Class" of the TRL config it builds, None = rlft's own trainer
     trl_modeled: tuple[tuple[str, str], ...] = ()  # (TRL option, rlft key that sets it) beyond the common train.* ones
+    # why this config's path reads no `trl:` key at all (None: it reads them); every `trl:` key is then refused
+    trl_unread: Callable[[StageChecks], str | None] | None = None
+    # `trl:` keys that the stage's own keys override or contradict, refused naming both (after `trl_unread`)
+    trl_checks: Callable[[StageChecks], None] | None = None
     data_columns: tuple[str, ...] = ("data.prompt_column",)  # config keys naming the columns data.train must have
     samples: bool = False                   # generates and scores completions (needs `rewards:`; completions.jsonl)
     uses_reference: bool = False            # measures KL or preferences against a frozen model

@@ -468,9 +468,24 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
         return
     from rlft.config.trl_fields import modeled_by_rlft, trainer_config_fields
 
+    spec = STAGE_SPECS[c.stage]
+    checks = _stage_checks(c, problems, for_train=False, check_files=False)
+    if spec.trl_config is None:
+        own = f"`{spec.section}:` and `train:` configure it" if spec.section else "`train:` configures it"
+        unread = f"stage `{c.stage}` runs rlft's own trainer, which does not read trl: keys; drop it ({own})"
+    else:
+        unread = spec.trl_unread(checks) if spec.trl_unread is not None else None
+    if unread:  # a strict config never accepts what it ignores
+        for key in extra:
+            problems.append(Problem(f"trl.{key}", c.layer_of(f"trl.{key}"), unread))
+        return
     valid = trainer_config_fields(c.stage)
     if valid is None:
         return
+    before = len(problems)
+    if spec.trl_checks is not None:
+        spec.trl_checks(checks)
+    reported = {p.key for p in problems[before:]}  # one message a key: the conflict, not also "set X instead"
     if extra.get("load_best_model_at_end") is True:
         # transformers needs evaluation on the save schedule to know the best checkpoint
         where = c.layer_of("trl.load_best_model_at_end")
@@ -488,6 +503,8 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
     for key in extra:
         path = f"trl.{key}"
         where = c.layer_of(path)
+        if path in reported:
+            continue
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid), n=1)
             hint = f"; did you mean `trl.{close[0]}`?" if close else ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import AWR_BASELINES
 from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
-                                   StageChecks, StageSpec, sample_then_sft_profile)
+                                   StageChecks, StageSpec, sample_then_sft_profile, sft_trl_checks)
 
 
 @dataclass
@@ -51,7 +51,7 @@ def explain(cfg) -> list[str]:
 SPEC = StageSpec(
     name="awr", section="awr", runner="rlft.stages.awr.runner:run", order=6,
     section_cls=AWRConfig, section_help="Advantage-weighted regression stage.", section_order=4,
-    trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, samples=True,
+    trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, trl_checks=sft_trl_checks, samples=True,
     metrics=(*SAMPLED_SFT_METRICS, "loss", "weight_mean", "weight_max",
              "frac_clipped", "ess", "advantage_mean", "advantage_std", *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "ess", "loss"),

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
-from rlft.config.names import GRPO_BASELINES, POLICY_LOSSES
+from rlft.config.names import CLIPPED_POLICY_LOSSES, GRPO_BASELINES, POLICY_LOSSES
 from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, StageSpec, \
-    fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, shorter_sequences
+    fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
+    shorter_sequences, trl_options
 
 # TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
 TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
@@ -177,6 +178,73 @@ def _check_baseline_mode(c: StageChecks) -> None:
                     .replace("; reward ", "; baseline ").replace("the config's folder, ", ""))
 
 
+def trl_unread(c: StageChecks) -> str | None:
+    """Why this GRPO config reads no `trl:` key (None: TRL's GRPOConfig is built, streaming and async included:
+    their trainer subclasses the synchronous one and drives TRL's own generate, score and loss paths)."""
+    if c.get("env.name"):
+        return ("GRPO with env.name runs rlft's own episode loop (rlft/trainers/grpo_episodes.py), which does not "
+                "read trl: keys; drop it (grpo.* and train.* configure that loop)")
+    return None
+
+
+# TRL loss types that are PPO's clipped surrogate with another average over tokens: they keep what grpo.loss_fn sets
+AGGREGATING_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+def trl_checks(c: StageChecks) -> None:
+    """`trl:` keys that fight what rlft sets from grpo.loss_fn (rlft/stages/grpo/runner.py: a clipped loss sets TRL's
+    epsilon = grpo.clip_range; `importance_sampling` sets epsilon 1.0, epsilon_high 1e9, i.e. never clipped) or
+    from grpo.generation_backend; TRL's own options read only with another loss_type or vLLM."""
+    extra = trl_options(c)
+    if not extra:
+        return
+    loss, clip = c.get("grpo.loss_fn"), c.get("grpo.clip_range")
+    clipped = loss in CLIPPED_POLICY_LOSSES
+    unclipped = (f"grpo.loss_fn is `{loss}`, which never clips the ratio (rlft sets TRL's epsilon 1.0 and "
+                 f"epsilon_high 1e9 for it)")
+    if "epsilon" in extra and not clipped:
+        c.error("trl.epsilon", f"{unclipped}, and sets TRL's epsilon itself; for a clipped loss set grpo.loss_fn: ppo "
+                "and grpo.clip_range instead")
+    if "epsilon_high" in extra and not clipped:
+        c.error("trl.epsilon_high", f"{unclipped}: trl.epsilon_high would clip it to [0, 1 + {extra['epsilon_high']}], "
+                "not DAPO's [1 - eps, 1 + eps_high]; for an asymmetric clip set grpo.loss_fn: ppo with grpo.clip_range "
+                "(the low side, e.g. 0.2) and keep trl.epsilon_high (e.g. 0.28)")
+    if "delta" in extra and not clipped:
+        c.error("trl.delta", f"{unclipped}: trl.delta (two-sided clipping's cap on PPO's clipped ratio) would cap it "
+                "at delta instead; set grpo.loss_fn: ppo to use it, or drop it")
+    lt = extra.get("loss_type")
+    if lt == "cispo" and not clipped:
+        c.error("trl.loss_type", f"cispo caps the importance weight at TRL's epsilon_high, and {unclipped}: the cap "
+                "would be 1e9; set grpo.loss_fn: ppo and trl.epsilon_high to the cap (ScaleRL's eps_max 5.0)")
+    elif lt == "cispo" and "epsilon_high" not in extra:
+        c.error("trl.loss_type", f"cispo caps the importance weight at TRL's epsilon_high, which defaults to "
+                f"epsilon = grpo.clip_range ({clip}) under grpo.loss_fn: {loss}: a cap below 1; set trl.epsilon_high "
+                "to the cap (ScaleRL's eps_max 5.0)")
+    elif lt in ("sapo", "vespo"):
+        c.error("trl.loss_type", f"{lt} replaces the policy loss that grpo.loss_fn ({loss}) chooses and reads none of "
+                f"the clip rlft sets from it, so grpo.loss_fn and grpo.clip_range would be ignored; rlft has no {lt} "
+                f"loss: drop it, or keep grpo.loss_fn with a trl.loss_type among {', '.join(AGGREGATING_LOSS_TYPES)} "
+                "(how the per-token losses are averaged) or cispo")
+    for key in extra:
+        own = key.partition("_")[0]
+        if own in ("sapo", "vespo") and lt != own:
+            c.error(f"trl.{key}", f"read only by trl.loss_type: {own}, and trl.loss_type is "
+                    f"{lt or 'unset (TRL default: dapo)'}; drop it")
+    if extra.get("importance_sampling_level") == "sequence":
+        if not clipped:
+            c.error("trl.importance_sampling_level", f"sequence (GSPO) is a clipped objective, and {unclipped}; set "
+                    "grpo.loss_fn: ppo with grpo.clip_range at GSPO's scale (its paper: 3e-4, trl.epsilon_high 4e-4)")
+        elif is_number(clip) and clip > 0.01:
+            c.warning("trl.importance_sampling_level", f"a sequence-level ratio (GSPO: the geometric mean of the "
+                      f"tokens' ratios) moves far less than a token's, so grpo.clip_range {clip} barely clips it; "
+                      "GSPO's paper clips at 3e-4 (grpo.clip_range) and 4e-4 (trl.epsilon_high)")
+    if c.get("grpo.generation_backend") != "vllm":
+        for key in extra:
+            if key.startswith("vllm_") and key != "vllm_mode":  # vllm_mode: set grpo.vllm_mode (trl_modeled)
+                c.error(f"trl.{key}", f"read only when vLLM samples, and grpo.generation_backend is "
+                        f"`{c.get('grpo.generation_backend')}`; set grpo.generation_backend: vllm, or drop it")
+
+
 def file_checks(c: StageChecks) -> None:
     """GRPO samples whole batches of grpo.batch_size prompts (TRL's sampler drops a short last batch): with
     fewer rows than that, the run ends at step 0 having trained nothing."""
@@ -309,7 +377,10 @@ SPEC = StageSpec(
                  ("top_p", "grpo.top_p"), ("max_completion_length", "grpo.max_tokens"),
                  ("beta", "grpo.kl_penalty_coef"), ("epsilon", "grpo.clip_range"),
                  ("num_iterations", "grpo.ppo_epochs"), ("steps_per_generation", "grpo.num_substeps"),
-                 ("scale_rewards", "grpo.baseline_mode"), ("reward_weights", "rewards[].weight")),
+                 ("scale_rewards", "grpo.baseline_mode"), ("reward_weights", "rewards[].weight"),
+                 ("generation_batch_size", "grpo.batch_size"), ("use_vllm", "grpo.generation_backend"),
+                 ("vllm_mode", "grpo.vllm_mode")),
+    trl_unread=trl_unread, trl_checks=trl_checks,
     samples=True, uses_reference=True, uses_env=True, reloads_rewards=True,
     metrics=("reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
              "kl_policy_ref", "kl_coef", "entropy", "completion_length", *TRAIN_METRICS),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KEEP_RULES
 from rlft.config.stagespec import (SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS, StageSpec,
-                                   sample_then_sft_profile)
+                                   sample_then_sft_profile, sft_trl_checks)
 
 
 @dataclass
@@ -41,7 +41,7 @@ def explain(cfg) -> list[str]:
 SPEC = StageSpec(
     name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run", order=5,
     section_cls=RSSFTConfig, section_help="Rejection-sampling SFT stage.", section_order=3,
-    trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, samples=True,
+    trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, trl_checks=sft_trl_checks, samples=True,
     metrics=(*SAMPLED_SFT_METRICS, "kept_fraction", "kept_count", "loss",
              *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "kept_fraction", "loss"),
