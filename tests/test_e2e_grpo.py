@@ -26,7 +26,10 @@ def test_demo_learns(tmp_path):
     assert [r["step"] for r in evals] == [12, 24, 36, 48] and evals[-1]["eval_reward"] > evals[0]["eval_reward"]
     first = statistics.fmean(r["reward"] for r in rows[:10])
     last = statistics.fmean(r["reward"] for r in rows[-10:])
-    assert first < 0.1 and last > 0.9, (first, last)
+    # thresholds below the worst of 3 seeds x 2 kernels (scripts/bench_demos.py --demos grpo): first 0.015-0.018,
+    # last 0.883-0.985 (the training reward samples at temperature 1.0), held-out eval at the end 0.979-0.990
+    assert first < 0.1 and last > 0.8, (first, last)
+    assert json.loads((out / "summary.json").read_text())["eval"]["end"]["reward_mean"] > 0.9
     assert (out / "final" / "adapter_config.json").is_file()
     assert (out / "config.yaml").is_file() and (out / "completions.jsonl").is_file()
     fired = {h["rule"] for h in read_jsonl(out / "health.jsonl")}

@@ -25,11 +25,13 @@ def test_demo_learns(tmp_path):
     assert [r["step"] for r in evals] == [25]
     first = statistics.fmean(r["reward"] for r in rows[:10])
     last = statistics.fmean(r["reward"] for r in rows[-10:])
-    assert first < 0.2 and last > 0.7, (first, last)
+    # thresholds below the worst of 3 seeds x 2 kernels (scripts/bench_demos.py --demos ppo): first 0.020-0.038,
+    # last 0.601-0.972, eval gain 0.579-0.975
+    assert first < 0.2 and last > 0.5, (first, last)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 50
     start, end = summary["eval"]["start"]["reward_mean"], summary["eval"]["end"]["reward_mean"]
-    assert end > start + 0.5, (start, end)
+    assert end > start + 0.45, (start, end)
     final = out / "final"
     assert (final / "adapter_config.json").is_file() and (final / "value_head.safetensors").is_file()
     # the adapter loads with PEFT alone onto the base model (recorded by the name the run gave it)

@@ -192,7 +192,8 @@ def test_pipeline_demo_runs(tmp_path):
     for stage in summary["stages"]:
         assert json.loads((tmp_path / stage["dir"] / "summary.json").read_text())["status"] == "finished"
     # every stage helps: each ends at or above where the one before ended, on the same held-out prompts, and the
-    # last ends at 0.9 or more (measured 0.074, 0.417, 0.971)
+    # last ends at 0.9 or more (GRPO end measured 0.956-0.986 over seeds 1, 2, 3, 42 x kernels avx2 and default:
+    # scripts/bench_demos.py --demos pipeline; the worst stage-to-stage step was +0.202)
     ends = [s["eval_end"] for s in summary["stages"]]
     assert len({s["eval"]["end"]["eval_set"] for s in summary["stages"]}) == 1
     assert all(later >= earlier for earlier, later in zip(ends, ends[1:])), ends
