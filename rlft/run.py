@@ -10,6 +10,11 @@
       .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
       .rlft-made.json     marker written at creation: kind "run", the run's id, and the id of the run it
                           replaces (--overwrite); rlft moves or deletes only folders that carry it
+
+The marker is not proof that the folder's files are rlft's (it copies along with a folder): RUN_OWNED names
+every file and folder rlft writes here. --overwrite deletes a run (later, from `<name>.old`) only when it holds
+nothing else; a run folder holding anything else, a link included, is moved aside whole to
+`<name>.replaced-<time>` and never deleted. --resume needs a config.yaml that rlft wrote and refuses links.
 """
 
 from __future__ import annotations
@@ -28,12 +33,21 @@ from pathlib import Path
 from rlft.config.compose import Composed, flatten
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig, config_key
-from rlft.folders import MARKER, encloses_cwd, mark, read_marker, write_marker
+from rlft.folders import MARKER, Owned, encloses_cwd, mark, read_marker, write_marker
 from rlft.run_config import RunConfigError, read_run_config
 
 LOCK_NAME = ".rlft.lock"
 RUN_KIND = "run"
 LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run folders of rlft before the marker
+
+# every name rlft (and the libraries it runs, pointed here) writes at the top of a run folder; a rule in code,
+# so nothing copied into a folder can widen what rlft deletes. `.tmp`: the files written by rename.
+_RUN_FILES = (r"config\.yaml", r"config\.step-\d+\.yaml", r"metrics\.jsonl", r"completions\.jsonl",
+              r"eval_completions\.jsonl", r"health\.jsonl", r"reward_logs\.jsonl", r"samples\.jsonl",
+              r"summary\.json", r"distributed\.json", r"rounds\.json", r"overrides\.yaml", r"launch\.sbatch",
+              r"eval\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
+RUN_OWNED = Owned(files=(*_RUN_FILES, *(f + r"\.tmp" for f in _RUN_FILES), r"\.rlft-eval-config\.yaml\..+\.tmp"),
+                  dirs=("checkpoints", "final", r"final\.tmp", "report", "tensorboard", "wandb"))
 
 
 @dataclass
@@ -200,7 +214,11 @@ class RunDir:
         if not mine or not mine.get("replaces"):
             return
         old = self.replaced
-        if old is not None:
+        foreign = RUN_OWNED.first_foreign(old) if old is not None else None
+        if foreign is not None:
+            print(f"rlft: kept the replaced run {old}: it holds {foreign}, which rlft did not write; delete it "
+                  f"yourself once you have what you need from it", file=sys.stderr)
+        elif old is not None:
             shutil.rmtree(old)
             print(f"rlft: deleted the replaced run {old} (this run has written a checkpoint)", file=sys.stderr)
         mine.pop("replaces")
@@ -320,6 +338,8 @@ def _check_existing(run: RunDir, opts: RunOptions) -> bool:
     if opts.resume and not exists:
         raise RunError(f"nothing to resume: run folder {run.root} does not exist or is empty "
                        f"(drop --resume to start a new run)")
+    if opts.resume:
+        _check_resumable(run)
     if not opts.resume and exists and not opts.overwrite:
         raise RunError(f"run folder {run.root} already exists and is not empty: pass --resume to continue it "
                        f"or --overwrite to replace it (or set train.output_dir)")
@@ -327,6 +347,43 @@ def _check_existing(run: RunDir, opts: RunOptions) -> bool:
         raise RunError(f"refusing to --overwrite {run.root}: it is the current folder or one above it; set "
                        f"train.output_dir to a folder below it")
     return exists
+
+
+def first_link(root: Path) -> str | None:
+    """A symbolic link where a resumed run writes (the run folder, checkpoints/ and the folders in it), or None."""
+    root = Path(root)
+    places = [root, root / "checkpoints"]
+    if (root / "checkpoints").is_dir() and not (root / "checkpoints").is_symlink():
+        places += [p for p in (root / "checkpoints").iterdir() if p.is_dir() and not p.is_symlink()]
+    for place in places:
+        if not place.is_dir() or place.is_symlink():
+            continue
+        for p in sorted(place.iterdir()):
+            if p.is_symlink():
+                return str(p.relative_to(root))
+    return None
+
+
+def _check_resumable(run: RunDir) -> None:
+    """--resume continues only a run rlft started there: its config.yaml (rlft's header first), or, with that
+    deleted, a complete checkpoint; and no link where the run writes. The marker alone is not enough."""
+    config = run.config
+    if config.is_symlink() or config.exists():
+        try:
+            ours = config.is_file() and not config.is_symlink() and config.read_text(
+                encoding="utf-8", errors="replace").startswith(LEGACY_HEADER)
+        except OSError:
+            ours = False
+        if not ours:
+            raise RunError(f"nothing to resume: {config} is not a config.yaml rlft wrote (a run's starts with "
+                           f"`{LEGACY_HEADER}`); set train.output_dir to the run folder to continue")
+    elif not run.complete_checkpoints():
+        raise RunError(f"nothing to resume: {run.root} has no config.yaml and no checkpoint (no run was started "
+                       f"there); set train.output_dir to the run folder to continue")
+    link = first_link(run.root)
+    if link is not None:
+        raise RunError(f"cannot --resume {run.root}: {link} is a symbolic link, and rlft does not write through "
+                       f"links in a run folder; remove it (or replace it with the folder itself)")
 
 
 def check_run_dir(cfg: RlftConfig, opts: RunOptions) -> RunDir:
@@ -346,6 +403,21 @@ def _replace(run: RunDir) -> None:
     held = RunLock(run.root).acquire()  # refuses a folder a live run is using, before touching it
     old = aside_path(run.root)
     current = read_marker(run.root) or {}
+    foreign = RUN_OWNED.first_foreign(run.root)
+    if foreign is not None:  # not only rlft's files: nothing here is rlft's to delete, now or later
+        keep = run.root.with_name(f"{run.root.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        n = 1
+        while keep.exists() or keep.is_symlink():
+            keep, n = keep.with_name(f"{run.root.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
+        run.root.rename(keep)
+        held.moved_to(keep)
+        held.release()
+        print(f"rlft: --overwrite: {run.root} holds {foreign}, which rlft did not write: moved the whole folder to "
+              f"{keep}; nothing in it is deleted", file=sys.stderr)
+        run.root.mkdir(parents=True)
+        mark(run.root, RUN_KIND)
+        run.lock = RunLock(run.root).acquire()
+        return
     if old.exists() and current.get("replaces") and run.replaced is not None:
         # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
         # replaced stays in <name>.old until this run's first checkpoint

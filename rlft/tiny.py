@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_INIT_STD",
     "FORMAT_VERSION",
     "MARKER_FILE",
+    "WRITTEN_NAMES",
     "SPECIAL_TOKENS",
     "CHAT_TEMPLATE",
     "build_tiny_model",
@@ -62,6 +63,11 @@ FORMAT_VERSION = 1
 
 #: Name of the marker file written (last) into every built model folder.
 MARKER_FILE = "rlft_tiny.json"
+
+#: Every file name a build writes (transformers' model and tokenizer files, the marker): what
+#: `rlft tiny-model` may replace when it rebuilds a folder; any other name there stops it.
+WRITTEN_NAMES = (MARKER_FILE, "config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"

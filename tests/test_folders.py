@@ -264,3 +264,162 @@ def test_export_and_eval_outputs_are_checked_before_any_work(tmp_path, tiny_adap
                   "--force")
     assert res.returncode == 0, res.stderr[-2000:]
     assert kept.read_text() != "mine\n"
+
+
+# -- a marker alone is never enough (issue 35) ------------------------------------------------------------
+def _snapshot(path: Path) -> dict:
+    """Every file under `path` (links as their target's name), to compare byte for byte later."""
+    out = {}
+    for p in sorted(path.rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            out[rel] = ("link", str(p.readlink()))
+        elif p.is_file():
+            out[rel] = p.read_bytes()
+        else:
+            out[rel] = "dir"
+    return out
+
+
+def _copied_marker(path: Path, kind: str) -> dict:
+    """A folder of one user file beside a marker copied from a folder rlft made of `kind`."""
+    path.mkdir(parents=True)
+    (path / "notes.txt").write_bytes(b"mine, not rlft's\n")
+    mark(path, kind)
+    return _snapshot(path)
+
+
+def _demo_args(out, *extra):
+    return ["train", "--stage", "grpo", "--hw", "cpu", "-c", ROOT / "configs/examples/grpo_demo.yaml",
+            f"train.output_dir={out}", *extra]
+
+
+@pytest.mark.parametrize("command", ["report", "tiny-model", "train --resume", "export"])
+def test_a_copied_marker_does_not_make_a_user_folder_rlft_s(tmp_path, command, request):
+    site = tmp_path / "site"
+    kind = {"report": "report", "tiny-model": "tiny-model", "train --resume": "run", "export": "export"}[command]
+    before = _copied_marker(site, kind)
+    if command == "report":
+        res = run_cli("report", _fake_run(tmp_path / "run"), "-o", site)
+        assert "holds notes.txt, which rlft report does not write" in res.stderr
+    elif command == "tiny-model":
+        res = run_cli("tiny-model", site)
+        assert "holds notes.txt, which rlft tiny-model does not write" in res.stderr
+    elif command == "train --resume":
+        res = run_cli(*_demo_args(site, "--resume"))
+        assert "nothing to resume" in res.stderr and "--overwrite" not in res.stderr
+    else:
+        res = run_cli("export", request.getfixturevalue("tiny_adapter"), "-o", site)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert len(res.stderr.strip().splitlines()[-1]) > 0
+    assert _snapshot(site) == before  # byte for byte: nothing written, replaced or deleted
+
+
+def test_overwrite_of_a_folder_with_a_copied_marker_moves_it_aside_whole_and_deletes_nothing(tmp_path, capsys):
+    from rlft.run import prepare_run_dir
+
+    site = tmp_path / "site"
+    before = _copied_marker(site, "run")
+    cfg, composed = _cfg(site)
+    run = prepare_run_dir(cfg, composed, _opts(overwrite=True))
+    (kept,) = tmp_path.glob("site.replaced-*")
+    assert "holds notes.txt, which rlft did not write: moved the whole folder to" in capsys.readouterr().err
+    assert run.replaced is None and "replaces" not in run.marker  # never scheduled for deletion
+    run.drop_replaced()
+    run.release()
+    assert _snapshot(kept) == before and not (tmp_path / "site.old").exists()
+
+
+def test_overwrite_of_a_real_run_holding_a_user_file_deletes_nothing(tmp_path):
+    from rlft.run import prepare_run_dir
+
+    out = tmp_path / "run"
+    cfg, composed = _cfg(out)
+    first = prepare_run_dir(cfg, composed, _opts())
+    first.release()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    (out / "notes.txt").write_text("my notes on this run\n")
+    before = _snapshot(out)
+    second = prepare_run_dir(cfg, composed, _opts(overwrite=True))
+    second.drop_replaced()  # as at the new run's first checkpoint
+    second.release()
+    (kept,) = tmp_path.glob("run.replaced-*")
+    assert _snapshot(kept) == before
+    # a replaced run that only later got a user's file is kept too, with a note
+    third = prepare_run_dir(cfg, composed, _opts(overwrite=True))
+    assert third.replaced == tmp_path / "run.old"
+    (tmp_path / "run.old" / "later.txt").write_text("mine")
+    third.drop_replaced()
+    third.release()
+    assert (tmp_path / "run.old" / "later.txt").read_text() == "mine"
+
+
+def test_a_refused_resume_writes_nothing(tmp_path):
+    """A run of an older rlft (no marker) with no checkpoint: --resume is refused before the folder is touched
+    (no marker added, no checkpoints/ made, no lock file left)."""
+    from rlft.run import prepare_run_dir
+
+    out = tmp_path / "run"
+    cfg, composed = _cfg(out)
+    prepare_run_dir(cfg, composed, _opts()).release()
+    (out / MARKER).unlink()
+    (out / "checkpoints").rmdir()
+    before = _snapshot(out)
+    res = run_cli(*_demo_args(out, "--resume"))
+    assert res.returncode == 2 and "no complete checkpoint to resume" in res.stderr, res.stderr[-2000:]
+    assert _snapshot(out) == before
+
+
+def test_resume_refuses_links_and_a_config_rlft_did_not_write(tmp_path):
+    from rlft.run import RunError, check_run_dir, prepare_run_dir
+
+    out = tmp_path / "run"
+    cfg, composed = _cfg(out)
+    prepare_run_dir(cfg, composed, _opts()).release()
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("mine\n")
+    (out / "metrics.jsonl").symlink_to(victim)
+    with pytest.raises(RunError, match="metrics.jsonl is a symbolic link"):
+        check_run_dir(cfg, _opts(resume=True))
+    (out / "metrics.jsonl").unlink()
+    (out / "checkpoints" / "checkpoint-1").symlink_to(tmp_path)
+    with pytest.raises(RunError, match="checkpoint-1 is a symbolic link"):
+        check_run_dir(cfg, _opts(resume=True))
+    (out / "checkpoints" / "checkpoint-1").unlink()
+    (out / "config.yaml").write_text("project: settings\n")
+    with pytest.raises(RunError, match="is not a config.yaml rlft wrote"):
+        prepare_run_dir(cfg, composed, _opts(resume=True))
+    assert victim.read_text() == "mine\n" and not (out / ".rlft.lock").exists()
+
+
+def test_report_refuses_a_symlinked_output_folder(tmp_path):
+    run = _fake_run(tmp_path / "run")
+    real = tmp_path / "real"
+    assert run_cli("report", run, "-o", real).returncode == 0  # a report rlft wrote: its to replace, not via a link
+    before = _snapshot(real)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    res = run_cli("report", run, "-o", link)
+    assert res.returncode == 2 and "is a symbolic link" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("report", run, "-o", link, "--force")
+    assert res.returncode == 2 and "is a symbolic link" in res.stderr
+    assert _snapshot(real) == before
+    (run / "report").symlink_to(real)  # planted in the run folder, the default place
+    res = run_cli("report", run)
+    assert res.returncode == 2 and "is a symbolic link" in res.stderr
+    assert _snapshot(real) == before
+
+
+def test_report_replaces_only_the_graphs_it_drew(tmp_path):
+    run = _fake_run(tmp_path / "run")
+    out = tmp_path / "rep"
+    assert run_cli("report", run, "-o", out).returncode == 0
+    drawn = read_marker(out).get("graphs")
+    assert isinstance(drawn, list)
+    (out / "graphs" / "mine.png").write_bytes(b"\x89PNG mine")
+    before = _snapshot(out)
+    res = run_cli("report", run, "-o", out)
+    assert res.returncode == 2 and "graphs/mine.png" in res.stderr
+    assert _snapshot(out) == before
+    (out / "graphs" / "mine.png").unlink()
+    assert run_cli("report", run, "-o", out).returncode == 0

@@ -51,6 +51,7 @@ class RunContext:
         quiet_libraries(self.opts.verbose)
         self.started = time.monotonic()
         self.planned = check_run_dir(self.cfg, self.opts)
+        self.resume.check(self.planned)  # a refused --resume writes nothing
         self.threads_note = set_up_process(self.cfg, self.rank)
         set_up_sharding(self.cfg)
         check_same_run(self.cfg)

@@ -4,6 +4,7 @@ and the plan made again), and the logs cut back once the first step begins."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -73,6 +74,17 @@ class Resume:
     def final_only(self) -> bool:
         """A run killed during its final save: only redo that save."""
         return self.plan is not None and self.plan.final_only
+
+    def check(self, run: RunDir) -> None:
+        """Before anything loads or is written (the folder not yet opened): the refusals `open` would meet, so a
+        refused --resume leaves the run folder as it was. Damaged checkpoints are left for `open` to set aside."""
+        if not self.opts.resume or os.environ.get("RLFT_LAUNCHED"):
+            return
+        check_resume_config(run, self.cfg, self.opts.allow_config_change, -1)  # quiet: `open` says it again
+        if not self.own:
+            plan = plan_resume(run, target_steps(self.cfg), checkpoint_problem)
+            if plan.refused and not plan.set_aside:
+                raise RunError(plan.refused)
 
     def open(self, run: RunDir) -> None:
         """The run folder has opened (nothing loaded yet): check the config and carry out the plan."""

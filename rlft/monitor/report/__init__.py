@@ -28,18 +28,40 @@ class ReportResult:
 REPORT_KIND = "report"
 
 
+def report_owned(out: Path, in_run: bool):
+    """What a report folder may hold (rlft.folders.Owned): index.html and graphs/ with, in a folder the user
+    named, only the PNGs the marker says the last report drew; in report/ of a run folder (the default place,
+    also written by older rlft without that list), any PNG."""
+    import re
+
+    from rlft.folders import Owned, read_marker
+
+    drawn = (read_marker(out) or {}).get("graphs")
+    if in_run or not isinstance(drawn, list):
+        pngs = (r"[^/]+\.png",) if in_run else ()
+    else:
+        pngs = tuple(re.escape(n) for n in drawn if isinstance(n, str) and n.endswith(".png") and "/" not in n)
+    return Owned(files=("index.html",), subdirs={"graphs": Owned(files=pngs)})
+
+
 def _claim_out(out: Path, default: bool, force: bool) -> bool:
-    """May the report be written to `out`? True when the folder is rlft's own (its old graphs may go)."""
+    """May the report be written to `out`? True when the folder is rlft's own and holds only what an
+    earlier report wrote there (those files may go); False for a new folder or a user's one with `force`."""
     from rlft.folders import FolderRefused, claim_output, made_by_rlft
     from rlft.run import is_run_folder
 
     # report/ inside an rlft run is rlft's, also when an older rlft wrote it without a marker
     made_before = (lambda folder: is_run_folder(folder.parent)) if default else None
+    owned = report_owned(out, default)
+    existed = out.is_dir() and not out.is_symlink() and any(out.iterdir())
     try:
-        claim_output(out, REPORT_KIND, force=force, made_before=made_before)
+        claim_output(out, REPORT_KIND, force=force, made_before=made_before, owned=owned)
     except FolderRefused as exc:
         raise ReportInputError(str(exc)) from None
-    return made_by_rlft(out, REPORT_KIND) or (made_before is not None and made_before(out))
+    if not existed:
+        return made_by_rlft(out, REPORT_KIND)
+    ours = made_by_rlft(out, REPORT_KIND) or (made_before is not None and made_before(out))
+    return ours and owned.first_foreign(out) is None
 
 
 def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS,
@@ -48,6 +70,7 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     Default out_dir: `report/` in the first run's folder. A user-named folder must be new, empty or a
     report rlft wrote before (`force`: write into it anyway, replacing only index.html and graphs/*.png
     of the same names)."""
+    from rlft.folders import read_marker, write_marker
     from rlft.monitor.report.graphs import plan_graphs, render
     from rlft.monitor.report.html import build_html
 
@@ -71,16 +94,24 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     # rows of the wrong shape are skipped, never guessed at: say how many of which file
     note = "; ".join([*([note] if note else []), *(f"{r.name}: {p}" for r in runs for p in r.problems)])
     img_dir = out / "graphs"
+    index = out / "index.html"
+    for path in (img_dir, index):  # a forced user folder: never write through a link planted there
+        if path.is_symlink():
+            raise ReportInputError(f"{path} is a symbolic link; rlft does not write through links: remove it")
     img_dir.mkdir(exist_ok=True)
-    if ours:  # graphs of an earlier report that this one no longer draws; never in a user's own folder
+    if ours:  # graphs of an earlier report (checked above: nothing else is there); never in a user's own folder
         for old in img_dir.glob("*.png"):
             old.unlink()
+    drawn = []
     for g in graphs:
         if g.png:
             (img_dir / f"{g.slug}.png").write_bytes(g.png)
+            drawn.append(f"{g.slug}.png")
     page = build_html(runs, graphs, "graphs")
-    index = out / "index.html"
     index.write_text(page, encoding="utf-8")
+    marker = read_marker(out)
+    if marker is not None and marker["kind"] == REPORT_KIND:  # what the next report may replace here
+        write_marker(out, {**marker, "graphs": sorted(drawn)})
     n = sum(len(r.completions) for r in runs if r.completions)
     return ReportResult(index=index, graphs=sum(1 for g in graphs if g.png), completions=n,
                         bytes=index.stat().st_size, seconds=time.perf_counter() - t0, note=note)
