@@ -245,6 +245,21 @@ def list_profiles() -> None:
         typer.echo(f"  {display_path(path)}: {first_comment_line(path)}")
 
 
+@app.command("keys")
+def keys_cmd(prefix: str = typer.Argument("", help="Show the keys that start with this (e.g. grpo.kl); none: every "
+                                                   "key.")) -> None:
+    """List config keys from the schema: type, default, allowed values, the stages that read it, and help (no
+    torch). An unknown prefix exits 2 with the closest keys."""
+    from rlft.config.keys import closest, describe, matching
+
+    found = matching(prefix)
+    if not found:
+        near = closest(prefix)
+        _err(f"error: no config key starts with `{prefix}`" + (f"; closest: {', '.join(near)}" if near else ""))
+        raise typer.Exit(2)
+    typer.echo("\n".join(describe(k) for k in found))
+
+
 @app.command("env")
 def env() -> None:
     """Versions and visible devices: paste this into a bug report."""
@@ -264,12 +279,15 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
     if init_std is not None and not init_std > 0:  # NaN too
         _err(f"error: --init-std must be > 0 (got {init_std})")
         raise typer.Exit(2)
-    from rlft.folders import claim_output
-    from rlft.tiny import MARKER_FILE, build_tiny_model
+    import re
 
-    with _exits():
+    from rlft.folders import Owned, claim_output
+    from rlft.tiny import MARKER_FILE, WRITTEN_NAMES, build_tiny_model
+
+    with _exits():  # a tiny model rlft wrote before is rebuilt only when it holds nothing but the build's files
         claim_output(out_dir, "tiny-model", force=force, what="folder",
-                     made_before=lambda folder: (folder / MARKER_FILE).is_file())
+                     made_before=lambda folder: (folder / MARKER_FILE).is_file(),
+                     owned=Owned(files=tuple(map(re.escape, WRITTEN_NAMES))))
     kwargs = {} if init_std is None else {"init_std": init_std}
     path = build_tiny_model(out_dir, **kwargs)
     typer.echo(f"tiny model written to {path}")
@@ -281,7 +299,9 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
           resume: bool = typer.Option(False, "--resume", help="Continue the run in train.output_dir from its newest "
                                                               "checkpoint."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing non-empty run folder (the old "
-                                         "one is moved to <name>.old and deleted at the new run's first checkpoint)."),
+                                         "one is moved to <name>.old and deleted at the new run's first checkpoint; "
+                                         "one holding files rlft did not write is moved to <name>.replaced-<time> "
+                                         "and kept)."),
           allow_config_change: bool = typer.Option(False, "--allow-config-change",
                                                    help="With --resume: continue with a changed config (changed keys "
                                                         "are listed; shape-changing keys are still refused)."),

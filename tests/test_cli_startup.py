@@ -37,6 +37,7 @@ def imported_modules(stderr: str) -> set[str]:
     ["validate-config", "--hw", "auto", "-c", "configs/examples/grpo_demo.yaml"],
     ["show-config", "--hw", "auto"],
     ["list"],
+    ["keys", "grpo.kl"],
     ["pipeline", "validate", "configs/examples/pipeline_demo.yaml"],
     ["pipeline", "show", "configs/examples/pipeline_demo.yaml"],
     ["plan", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml"],

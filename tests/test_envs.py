@@ -149,10 +149,10 @@ def test_validate_config_checks_env_name_without_importing_torch(tmp_path):
     assert ok.returncode == 0, ok.stderr
 
 
-def test_readme_example_env_follows_the_contract(tmp_path):
+def test_manual_example_env_follows_the_contract(tmp_path):
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "agents-and-tools.md").read_text()
     code = re.search(r"```python\n(# my_env\.py.*?)```", text, re.S).group(1)
     assert len(code.splitlines()) <= 30
     (tmp_path / "my_env.py").write_text(code)

@@ -1,0 +1,34 @@
+"""`python -m rlft.docs [--check] [--root DIR]`: write (or check) the generated reference pages."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rlft.docs.generate import generate, stale
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rlft.docs", description=__doc__)
+    ap.add_argument("--check", action="store_true", help="exit 1 naming each stale page instead of writing")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: this checkout)")
+    args = ap.parse_args(argv)
+    if args.check:
+        old = stale(args.root)
+        for path in old:
+            print(f"stale: {path} (regenerate with: python -m rlft.docs)", file=sys.stderr)
+        return 1 if old else 0
+    for path, text in generate().items():
+        target = args.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
