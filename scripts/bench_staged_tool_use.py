@@ -95,7 +95,8 @@ def run_seed(seed: int, updates: int, out: Path) -> dict:
                                  "wall_s": s.get("wall_s")} for s in summary["stages"][:-1]]
     alone = out / f"ppo-{seed}"
     wall = rlft("train", "--stage", "ppo", "--hw", "cpu", "-c", str(PPO_ALONE), f"train.output_dir={alone}",
-                f"train.seed={seed}", f"ppo.num_episodes={episodes}", log=out / f"ppo-{seed}.log")
+                f"train.seed={seed}", f"ppo.num_episodes={episodes}", f"ppo.batch_size={BATCH}",
+                f"ppo.mini_batch_size={BATCH // 2}", f"ppo.log_interval={BATCH}", log=out / f"ppo-{seed}.log")
     res["ppo_alone"] = ppo_result(alone, wall)
     return res
 
