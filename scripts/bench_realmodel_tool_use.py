@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct (converted as tests/test_realmodel.py does) on toolsim's chat variant, one step: "Finish
 with the answer N." must be answered with the call {"name": "finish", "arguments": {"answer": "N"}}. PPO alone
-never sees a success to reinforce (the README's run: 0/16 before and after). Here a two-stage pipeline runs
+never sees a success to reinforce (docs/benchmarks.md: 0/16 before and after). Here a two-stage pipeline runs
 
     ORPO on preference pairs (chosen: the right call; rejected: prose, another tool, the destructive tool, a
     wrong answer), prompts rendered exactly as the PPO stage renders the env's (tool schemas in the system
@@ -15,7 +15,7 @@ episode success rate on as many tasks (one episode each, a fixed seed).
     python scripts/bench_realmodel_tool_use.py            # about 11 minutes on 2 CPU cores
     python scripts/bench_realmodel_tool_use.py --quick    # a few steps: does it run
 
-Measured (README): ORPO 0.000 -> 0.859; PPO at lr 2e-5 0.875 -> 0.875, at 2e-4 0.875 -> 0.000.
+Measured (docs/benchmarks.md): ORPO 0.000 -> 0.859; PPO at lr 2e-5 0.875 -> 0.875, at 2e-4 0.875 -> 0.000.
 A benchmark, not a test.
 """
 
@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--eval-tasks", type=int, default=16, help="tasks each eval samples")
     ap.add_argument("--orpo-lr", type=float, default=5e-4)
     ap.add_argument("--ppo-updates", type=int, default=4, help="PPO updates of 8 episodes")
-    ap.add_argument("--ppo-lr", type=float, default=2e-5, help="2e-4 breaks the ORPO model's format (README)")
+    ap.add_argument("--ppo-lr", type=float, default=2e-5, help="2e-4 breaks the ORPO model's format (benchmarks)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="3 ORPO steps, 1 PPO update")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
