@@ -183,12 +183,17 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 def _memory_warning(cfg, composed, hw: str) -> None:
     """validate-config names a planned peak above the device's memory (silent without the model's config.json).
     It plans at the config's limits: no tokenizer or data read, and a warning for the worst case any data
-    within the limits can reach; `rlft plan` adds the peak of the data itself."""
+    within the limits can reach; `rlft plan` adds the peak of the data itself. A config.json that is there but
+    damaged (a size that is not a whole number in range) skips the check with one warning naming file and field."""
     from rlft.plan import plan_for
-    from rlft.plan.model_shape import ShapeError
+    from rlft.plan.model_shape import DamagedConfig, ShapeError
 
     try:
         plan = plan_for(cfg, hw, from_data=False)
+    except DamagedConfig as exc:
+        _print_problems([Problem("model.name_or_path", composed.layer_of("model.name_or_path"),
+                                 f"memory not planned: {exc}", level="warning")])
+        return
     except ShapeError:
         return
     if plan.fits is False:

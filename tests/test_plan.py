@@ -345,3 +345,101 @@ def test_plan_falls_back_to_the_limits_and_says_why():
     out = json.loads(res.stdout)
     assert out["basis"] == "limits" and "episodes" in out["limits_why"]
     assert out["worst_case"]["peak_gb"] == out["peak_gb"]
+
+
+# ---- a damaged config.json (issue 35): one line naming the file and the field, exit 2; the cost is per layer once
+
+# config.json texts written by hand: json.dumps cannot write 1e999, and the numbers stay as the user wrote them
+SMOLLM2_TEXT = json.dumps(SMOLLM2)[:-1]
+BAD_CONFIGS = {
+    "a string count": (SMOLLM2_TEXT + ', "num_key_value_heads": "eight"}', 'num_key_value_heads is "eight"'),
+    "1e999": (SMOLLM2_TEXT + ', "intermediate_size": 1e999}', "intermediate_size is Infinity"),
+    "NaN": (SMOLLM2_TEXT + ', "hidden_size": NaN}', "hidden_size is NaN"),
+    "a negative size": (SMOLLM2_TEXT + ', "intermediate_size": -11008}', "intermediate_size -11008 is out of range"),
+    "true as a count": (SMOLLM2_TEXT + ', "num_attention_heads": true}', "num_attention_heads is true"),
+    "a float count": (SMOLLM2_TEXT + ', "num_hidden_layers": 30.0}', "num_hidden_layers is 30.0"),
+    "a huge layer count": (SMOLLM2_TEXT + ', "num_hidden_layers": 10000000}', "num_hidden_layers 10000000 is out of "
+                                                                              "range"),
+    "a string flag": (SMOLLM2_TEXT + ', "tie_word_embeddings": "false"}', 'tie_word_embeddings is "false"'),
+    "text_config": ('{"model_type": "llava", "text_config": ' + SMOLLM2_TEXT + ', "num_hidden_layers": -1}}',
+                    "text_config.num_hidden_layers -1 is out of range"),
+    "zero-width heads": (SMOLLM2_TEXT.replace(', "head_dim": 64', "") + ', "num_attention_heads": 1024}',
+                         "hidden_size 576 is smaller than num_attention_heads 1024"),
+}
+
+
+def _model_folder(folder, text):
+    folder.mkdir()
+    (folder / "config.json").write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_a_damaged_config_json_is_a_shape_error_naming_file_and_field(tmp_path, case):
+    from rlft.plan.model_shape import DamagedConfig
+
+    text, message = BAD_CONFIGS[case]
+    folder = _model_folder(tmp_path / "m", text)
+    with pytest.raises(DamagedConfig) as exc:
+        load_shape(str(folder))
+    assert str(folder / "config.json") in str(exc.value) and message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("case", ["a string count", "1e999", "a negative size", "true as a count",
+                                  "a huge layer count"])
+def test_cli_plan_and_validate_config_on_a_damaged_config_json(tmp_path, case):
+    text, message = BAD_CONFIGS[case]
+    folder = _model_folder(tmp_path / "m", text)
+    args = ("--stage", "grpo", "--hw", "cpu", f"model.name_or_path={folder}")
+    res = run_cli("plan", *args)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    lines = [x for x in res.stderr.splitlines() if x.startswith("error")]
+    assert len(lines) == 1 and lines[0].startswith("error: model.name_or_path (command line): ")
+    assert str(folder / "config.json") in lines[0] and message in lines[0]
+    # validate-config: the memory check skipped with one warning naming the same problem; the config itself is fine
+    res = run_cli("validate-config", *args)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    lines = [x for x in res.stderr.splitlines() if "memory not planned" in x]
+    assert len(lines) == 1 and lines[0].startswith("warning: model.name_or_path (command line): ")
+    assert str(folder / "config.json") in lines[0] and message in lines[0]
+    assert "config OK" in res.stdout
+
+
+def test_a_layer_count_at_the_bound_plans():
+    from rlft.models.config_json import SIZE_FIELDS
+
+    most = SIZE_FIELDS["num_hidden_layers"][1]
+    shape = shape_from_config({**SMOLLM2, "num_hidden_layers": most})
+    assert shape.num_layers == most
+    with pytest.raises(ShapeError, match="num_hidden_layers"):
+        shape_from_config({**SMOLLM2, "num_hidden_layers": most + 1})
+
+
+def test_the_plans_cost_does_not_grow_with_the_layer_count():
+    import time
+    from dataclasses import replace
+
+    # ModelShape built directly, past the config.json bound: a million layers, every per-layer sum in play
+    # (full fine-tuning with Adafactor: one factored state per matrix; LoRA: its matrices)
+    shape = replace(shape_from_config(SMOLLM2), num_layers=10**6)
+    assert len(shape.matrices()) <= 10 and len(shape.lora(ALL7, 16)[1]) <= 2 * len(ALL7)
+    start = time.perf_counter()
+    for overrides in (["lora.enabled=false", "train.optim=adafactor"], ["lora.enabled=true", "train.optim=adafactor"],
+                      ["lora.enabled=false"]):
+        cfg, _, _ = load_config("grpo", "cpu", [], ["rewards=[{fn: char_fraction}]", *overrides])
+        plan = make_plan(cfg, shape)
+        assert plan.peak > 0
+    assert time.perf_counter() - start < 5
+
+
+def test_per_layer_sums_equal_the_layer_by_layer_count():
+    s = shape_from_config(SMOLLM2)
+    # SmolLM2 layer by layer: Adafactor keeps rows + cols of each matrix, rows of each vector
+    per_layer = sum(n_out + n_in for n_in, n_out, k in s.linears().values() for _ in range(k)) + 2 * 576
+    expected = (49152 + 576) + 30 * per_layer + 576
+    n = sum(r * c * k for r, c, k in s.matrices())
+    assert n == s.num_params()
+    assert T.optimizer_state("adafactor", n, 4, s.matrices()).bytes == expected * 4
+    n_lora, mats, _, _ = s.lora(ALL7, 16)
+    assert n_lora == sum(r * c * k for r, c, k in mats) == 4_884_480

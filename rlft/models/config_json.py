@@ -1,7 +1,8 @@
 """A model folder's config.json read without torch or transformers, and the sizes in it checked before anything is
 built from them: each one a whole number (not a bool, not a float, not NaN), positive, and below a bound no real
 causal LM comes near. `--smoke` builds its tiny model of the family from this file (rlft.models.tiny_family), so a
-`vocab_size: 1000000000` would otherwise become a 256 GB "tiny" model; `rlft plan` reads the same fields.
+`vocab_size: 1000000000` would otherwise become a 256 GB "tiny" model; `rlft plan` reads the same fields (and
+checks its true/false ones, FLAG_FIELDS, with check_flags).
 
 Standard library only. Errors are one line naming the file and the field (`ConfigJsonError`)."""
 
@@ -28,6 +29,10 @@ SIZE_FIELDS: dict[str, tuple[int, int]] = {
     "max_window_layers": (0, 2**12), "first_k_dense_replace": (0, 2**12),
     "max_position_embeddings": (1, 2**24), "n_positions": (1, 2**24), "n_ctx": (1, 2**24),
 }
+
+
+# fields read as true/false (`rlft plan`: tied embeddings, q/k/v bias): a JSON boolean or null, never "false" or 0
+FLAG_FIELDS = ("tie_word_embeddings", "attention_bias")
 
 
 class ConfigJsonError(Exception):
@@ -75,12 +80,34 @@ def size_problem(key: str, value: Any) -> str | None:
     return None
 
 
+def flag_problem(key: str, value: Any) -> str | None:
+    """What is wrong with one true/false field's value (None: fine, not a flag field, or left null)."""
+    if key not in FLAG_FIELDS or value is None or isinstance(value, bool):
+        return None
+    shown = json.dumps(value) if isinstance(value, (str, int, float)) else _kind(value)
+    return f"{key} is {shown}, not a JSON boolean; expected true, false or null"
+
+
+def _sections(config: dict):
+    """("", the config) and ("text_config.", a multimodal model's text settings) when it has them."""
+    for prefix, section in (("", config), ("text_config.", config.get("text_config"))):
+        if isinstance(section, dict):
+            yield prefix, section
+
+
+def check_flags(config: dict, path: Path | str) -> None:
+    """ConfigJsonError naming the file and the first FLAG_FIELDS field that is neither a boolean nor null."""
+    for prefix, section in _sections(config):
+        for key, value in section.items():
+            problem = flag_problem(key, value)
+            if problem:
+                raise ConfigJsonError(f"{path}: {prefix}{problem}")
+
+
 def check_sizes(config: dict, path: Path | str) -> None:
     """ConfigJsonError naming the file and the first size field (top level, or under a multimodal model's
     `text_config`) that is not a whole number in its range."""
-    for prefix, section in (("", config), ("text_config.", config.get("text_config"))):
-        if not isinstance(section, dict):
-            continue
+    for prefix, section in _sections(config):
         for key, value in section.items():
             problem = size_problem(key, value)
             if problem:

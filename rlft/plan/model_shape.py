@@ -1,19 +1,28 @@
 """A causal LM's shapes from its config.json, without loading weights or importing torch.
 
 The config comes from a local model folder, the Hugging Face hub cache (no network), or, for `tiny`,
-rlft's built-in model (its cache folder when built, else the builder's defaults).
+rlft's built-in model (its cache folder when built, else the builder's defaults). Every field read is checked
+first by rlft.models.config_json (whole numbers in range, true/false flags): a bad one is a `DamagedConfig`
+naming the file and the field. The cost of a shape's sums does not grow with its layer count: one layer is
+computed and multiplied.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlft.models.config_json import ConfigJsonError, check_flags, check_sizes, read_config_json
 
 
 class ShapeError(ValueError):
     """No usable config.json; the message says where rlft looked."""
+
+
+class DamagedConfig(ShapeError):
+    """A config.json that is there but cannot be planned from (unreadable, not JSON, a field of the wrong type or out
+    of range); the message is one line naming the file and the field."""
 
 
 # model types whose transformers config class defaults tie_word_embeddings to False (PretrainedConfig: True)
@@ -63,27 +72,25 @@ class ModelShape:
         head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
         return self.vocab_size * self.hidden_size + head + self.num_layers * per_layer + self.hidden_size
 
-    def matrices(self) -> list[tuple[int, int]]:
-        """(rows, cols) of every weight matrix (vectors as (n, 1)), for optimizers whose state depends on shape."""
-        out = [(self.vocab_size, self.hidden_size)] * (1 if self.tied_embeddings else 2)
-        for _ in range(self.num_layers):
-            for n_in, n_out, k in self.linears().values():
-                out += [(n_out, n_in)] * k
-            out += [(self.hidden_size, 1)] * 2
-        return out + [(self.hidden_size, 1)]
+    def matrices(self) -> list[tuple[int, int, int]]:
+        """(rows, cols, how many) of the weight matrices (vectors as (n, 1)), for optimizers whose state depends on
+        shape: one layer's, counted num_layers times."""
+        layers = self.num_layers
+        out = [(self.vocab_size, self.hidden_size, 1 if self.tied_embeddings else 2)]
+        out += [(n_out, n_in, k * layers) for n_in, n_out, k in self.linears().values()]
+        return out + [(self.hidden_size, 1, 2 * layers + 1)]
 
-    def lora(self, targets: list[str], r: int) -> tuple[int, list[tuple[int, int]], list[str], list[str]]:
-        """(LoRA parameters, their matrices, adapted module names, target names this model lacks):
-        each adapted linear gets A (r x in) and B (out x r)."""
+    def lora(self, targets: list[str], r: int) -> tuple[int, list[tuple[int, int, int]], list[str], list[str]]:
+        """(LoRA parameters, their matrices as (rows, cols, how many), adapted module names, target names this model
+        lacks): each adapted linear of each layer gets A (r x in) and B (out x r)."""
         dims = self.linears()
         adapted = [t for t in targets if t in dims]
         missing = [t for t in targets if t not in dims]
-        mats: list[tuple[int, int]] = []
-        for _ in range(self.num_layers):
-            for t in adapted:
-                n_in, n_out, k = dims[t]
-                mats += [(r, n_in), (n_out, r)] * k
-        return sum(a * b for a, b in mats), mats, adapted, missing
+        mats: list[tuple[int, int, int]] = []
+        for t in adapted:
+            n_in, n_out, k = dims[t]
+            mats += [(r, n_in, k * self.num_layers), (n_out, r, k * self.num_layers)]
+        return sum(a * b * n for a, b, n in mats), mats, adapted, missing
 
 
 def _first(config: dict, *names, default=None):
@@ -94,16 +101,25 @@ def _first(config: dict, *names, default=None):
 
 
 def shape_from_config(config: dict, source: str = "") -> ModelShape:
-    """ModelShape from a config.json dict (a multimodal model's `text_config` when it has one)."""
+    """ModelShape from a config.json dict (a multimodal model's `text_config` when it has one); DamagedConfig
+    naming `source` and the field when a size is not a whole number in range or a flag is not true/false."""
+    where = source or "config.json"
+    try:
+        check_sizes(config, where)
+        check_flags(config, where)
+    except ConfigJsonError as exc:
+        raise DamagedConfig(str(exc)) from None
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     hidden = _first(text, "hidden_size", "n_embd", "d_model")
     layers = _first(text, "num_hidden_layers", "n_layer", "num_layers")
     heads = _first(text, "num_attention_heads", "n_head")
     vocab = _first(text, "vocab_size")
-    if not all(isinstance(v, int) and v > 0 for v in (hidden, layers, heads, vocab)):
-        raise ShapeError(f"{source or 'config.json'} lacks hidden_size, num_hidden_layers, num_attention_heads or "
-                         f"vocab_size")
+    if any(v is None for v in (hidden, layers, heads, vocab)):
+        raise DamagedConfig(f"{where} lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size")
+    if _first(text, "head_dim") is None and hidden < heads:
+        raise DamagedConfig(f"{where}: hidden_size {hidden} is smaller than num_attention_heads {heads} and no "
+                            f"head_dim is given (each head would be 0 wide)")
     experts = int(_first(text, "num_local_experts", "num_experts", "n_routed_experts", default=1) or 1)
     inter = _first(text, "moe_intermediate_size") if experts > 1 else None
     return ModelShape(
@@ -125,7 +141,10 @@ def tiny_config(init_std: float) -> tuple[dict, str]:
 
     built = default_cache_dir() / tiny_model_name(init_std=init_std) / "config.json"
     if built.is_file():
-        return json.loads(built.read_text()), "rlft's tiny model (built)"
+        try:
+            return read_config_json(built), f"rlft's tiny model (built: {built})"
+        except ConfigJsonError as exc:
+            raise DamagedConfig(str(exc)) from None
     d = {k: p.default for k, p in inspect.signature(build_tiny_model).parameters.items()}
     # as rlft.tiny._build_config builds it: MLP width 2 x hidden, no grouped-query attention, tied embeddings
     return ({"model_type": d["arch"], "vocab_size": d["vocab_size"], "hidden_size": d["hidden_size"],
@@ -156,9 +175,7 @@ def load_shape(name: str, tiny_init_std: float = 0.15) -> ModelShape:
         raise ShapeError(f"no config.json for `{name}` ({where}); download it once (huggingface-cli download {name} "
                          f"config.json) or point model.name_or_path at a local model folder")
     try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ShapeError(f"cannot read {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise ShapeError(f"{path} is not a JSON object")
+        config = read_config_json(path)
+    except ConfigJsonError as exc:
+        raise DamagedConfig(str(exc)) from None
     return shape_from_config(config, str(path))

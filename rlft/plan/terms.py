@@ -72,10 +72,10 @@ def gradients(n_trainable: int, nbytes: int, shard: int = 1) -> Term:
 EIGHT_BIT = {"adamw_8bit", "paged_adamw_8bit", "adamw_bnb_8bit"}
 
 
-def optimizer_state(optim: str, n_trainable: int, nbytes: int, matrices: list[tuple[int, int]], shard: int = 1) -> Term:
+def optimizer_state(optim: str, n_trainable: int, nbytes: int, matrices: list[tuple[int, ...]], shard: int = 1) -> Term:
     """AdamW: 2 states (exp_avg, exp_avg_sq) in the parameter's dtype; bitsandbytes 8-bit: 2 x 1 B plus an fp32
     absmax per 256-value block; Adafactor (transformers' defaults: no first moment): a row and a column vector
-    per matrix; SGD without momentum: none."""
+    per matrix; SGD without momentum: none. `matrices`: (rows, cols) or (rows, cols, how many)."""
     per = f" / {shard} ranks" if shard > 1 else ""
     if optim in EIGHT_BIT:
         b = 2 * (1 + 4 / 256)
@@ -84,7 +84,7 @@ def optimizer_state(optim: str, n_trainable: int, nbytes: int, matrices: list[tu
             text += "; paged: spills to CPU memory under pressure"
         return Term("optimizer", n_trainable * b / shard, ALWAYS, text)
     if optim == "adafactor":
-        n = sum(r + c if c > 1 else r for r, c in matrices)
+        n = sum((m[0] + m[1] if m[1] > 1 else m[0]) * (m[2] if len(m) > 2 else 1) for m in matrices)
         return Term("optimizer", n * 4 / shard, ALWAYS, f"{_n(n)} factored second-moment values (rows + cols per "
                     f"matrix) x 4 B{per}")
     if optim == "sgd":
