@@ -137,7 +137,9 @@ def metrics_page() -> str:
     out = ["# Logged metrics per stage", "", NOTE.format(src="each stage's StageSpec (rlft/stages/*/spec.py)"), "",
            "What each stage writes to every row of `metrics.jsonl` (null in a row where it was not measured that "
            "step), the metrics on its console line, and the health rules checked on each row. Besides these, "
-           "every reward function adds `rewards/<name>/mean` and each row carries `step`, `time` and `stage`. "
+           "each row carries `step`, `time` and `stage`, and on the stages that score every step's samples (grpo, "
+           "ppo) each reward function adds `rewards/<name>/mean`, `rewards/<name>/std` and `rewards/<name>/errors` "
+           "(`<name>` is the reward's name). "
            "The meaning of each metric is on the stage's page (see [Stages](../stages/grpo.md)) and in "
            "[Troubleshooting](../troubleshooting.md); a per-metric table of meanings and units is not generated "
            "yet.", ""]

@@ -53,7 +53,7 @@ SPEC = StageSpec(
     section_cls=AWRConfig, section_help="Advantage-weighted regression stage.", section_order=4,
     trl_config=SFT_TRL_CONFIG, trl_modeled=SFT_TRL_MODELED, trl_checks=sft_trl_checks, samples=True,
     metrics=(*SAMPLED_SFT_METRICS, "loss", "weight_mean", "weight_max",
-             "frac_clipped", "ess", "advantage_mean", "advantage_std", *TRAIN_METRICS),
+             "frac_clipped", "ess", "advantage_mean", "advantage_std", "nll", "entropy", *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "ess", "loss"),
     health_rules=(*BASE_HEALTH, "awr_ess"),
     resume_breaking=("awr.num_samples_per_prompt", "awr.rounds"),

@@ -53,7 +53,7 @@ SPEC = StageSpec(
     trl_modeled=(("beta", "dpo.beta"), ("label_smoothing", "dpo.label_smoothing"),
                  ("max_length", "dpo.max_length"), ("loss_type", "dpo.loss_type")),
     data_columns=PREFERENCE_COLUMNS, uses_reference=True,
-    metrics=(*PREFERENCE_METRICS, *TRAIN_METRICS),
+    metrics=(*PREFERENCE_METRICS, "entropy", "mean_token_accuracy", "num_tokens", *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "rewards/margins"),
     checks=checks, explain=explain, model_card=model_card, memory=memory,
     report_note="DPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",

@@ -8,8 +8,8 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import CLIPPED_POLICY_LOSSES, GRPO_BASELINES, POLICY_LOSSES
-from rlft.config.stagespec import BASE_HEALTH, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, StageSpec, \
-    fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
+from rlft.config.stagespec import BASE_HEALTH, ONLINE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, \
+    StageSpec, fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
     shorter_sequences, trl_options
 
 # TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
@@ -383,7 +383,13 @@ SPEC = StageSpec(
     trl_unread=trl_unread, trl_checks=trl_checks,
     samples=True, uses_reference=True, uses_env=True, reloads_rewards=True,
     metrics=("reward", "reward_std", "frac_constant_groups", "kl_sample_train_v1", "kl_sample_train_v2",
-             "kl_policy_ref", "kl_coef", "entropy", "completion_length", *TRAIN_METRICS),
+             "kl_policy_ref", "kl_coef", "entropy", "completion_length", "frac_reward_zero_std", "loss",
+             "num_tokens", *ONLINE_METRICS,
+             # TRL's GRPOTrainer: clipped token fractions and completion lengths of the batch
+             "clip_ratio/low_mean", "clip_ratio/low_min", "clip_ratio/high_mean", "clip_ratio/high_max",
+             "clip_ratio/region_mean", "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+             "completions/mean_terminated_length", "completions/min_terminated_length",
+             "completions/max_terminated_length", *TRAIN_METRICS),
     console=("reward", "kl_policy_ref", "entropy", "completion_length", "loss"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "all_groups_constant",
                   "sampler_learner_mismatch"),

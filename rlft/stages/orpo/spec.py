@@ -37,7 +37,7 @@ SPEC = StageSpec(
     trl_config="trl.experimental.orpo.orpo_config:ORPOConfig",
     trl_modeled=(("beta", "orpo.beta"), ("max_length", "orpo.max_length")),  # max_prompt_length: rlft's own
     data_columns=PREFERENCE_COLUMNS,
-    metrics=(*PREFERENCE_METRICS, "log_odds_ratio", *TRAIN_METRICS),
+    metrics=(*PREFERENCE_METRICS, "log_odds_ratio", "log_odds_chosen", "nll_loss", *TRAIN_METRICS),
     console=("loss", "rewards/accuracies", "log_odds_ratio"),
     experimental=True,  # wraps trl.experimental
     explain=explain, model_card=model_card, memory=memory,

@@ -9,9 +9,9 @@ from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
-from rlft.config.stagespec import (BASE_HEALTH, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits, MemoryProfile,
-                                   StageChecks, StageSpec, fewer_sampled_rows, is_number, kl_control_note,
-                                   prompt_tokens, reference_held, shorter_sequences)
+from rlft.config.stagespec import (BASE_HEALTH, ONLINE_METRICS, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits,
+                                   MemoryProfile, StageChecks, StageSpec, fewer_sampled_rows, is_number,
+                                   kl_control_note, prompt_tokens, reference_held, shorter_sequences)
 
 
 @dataclass
@@ -162,7 +162,8 @@ SPEC = StageSpec(
     samples=True, uses_reference=True, uses_env=True, reloads_rewards=True,
     metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
              "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
-             "completion_length", "episodes", *TRAIN_METRICS),
+             "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
+             "value_mean", "return_scale", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
