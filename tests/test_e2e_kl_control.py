@@ -14,7 +14,7 @@ from conftest import ROOT, read_jsonl, run_cli
 EXAMPLES = ROOT / "configs" / "examples"
 
 
-def _check_kl_held(run, stage_summary, step_kl_max=0.3, eval_gain=0.15) -> tuple[list[float], list[float]]:
+def _check_kl_held(run, stage_summary, eval_gain, reward_gain, step_kl_max=0.3) -> tuple[list[float], list[float]]:
     rows = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_reward" not in r and "kl_policy_ref" in r]
     kls = [r["kl_policy_ref"] for r in rows]
     coefs = [r["kl_coef"] for r in rows]
@@ -26,7 +26,7 @@ def _check_kl_held(run, stage_summary, step_kl_max=0.3, eval_gain=0.15) -> tuple
     health = read_jsonl(run / "health.jsonl") if (run / "health.jsonl").exists() else []
     assert not [h for h in health if h["rule"] == "kl_critical"], health
     rewards = [r["reward"] for r in rows]
-    assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + 0.05, rewards
+    assert sum(rewards[-10:]) / 10 > sum(rewards[:10]) / 10 + reward_gain, rewards
     assert stage_summary["eval_end"] > stage_summary["eval_start"] + eval_gain, stage_summary
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     return kls, coefs
@@ -34,7 +34,10 @@ def _check_kl_held(run, stage_summary, step_kl_max=0.3, eval_gain=0.15) -> tuple
 
 @pytest.mark.e2e
 def test_ppo_demo_with_kl_on(tmp_path):
-    """Measured: KL at most 0.293, eval 0.524 -> 0.706, training reward 0.652 -> 0.755, coefficient 0.05 -> 0.205."""
+    """Thresholds below the worst of seeds 1, 2, 3 x kernels avx2 and default (scripts/bench_demos.py --demos
+    kl_ppo): a single update's KL at most 0.066-0.190, last 20 updates 0.052-0.092, eval gain 0.081-0.286,
+    training reward gain 0.050-0.197; seed 42: KL at most 0.194, eval 0.447 -> 0.667, coefficient 0.05 -> 0.026
+    -> 0.064. At lr 5e-4 the step size keeps the KL near the target; the controller trims the coefficient."""
     res = run_cli("pipeline", "run", EXAMPLES / "pipeline_ppo_demo.yaml", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_ppo_demo"
@@ -42,25 +45,24 @@ def test_ppo_demo_with_kl_on(tmp_path):
     assert [s["stage"] for s in stages] == ["orpo", "awr", "ppo"]
     saved = (root / "03-ppo" / "config.yaml").read_text()
     assert "ref: init" in saved and "target_kl: 0.1 " in saved and "adaptive_kl: true" in saved
-    kls, coefs = _check_kl_held(root / "03-ppo", stages[-1])
-    assert max(coefs) > 0.1, coefs  # the controller raised the coefficient to hold the KL ...
-    assert sum(kls[-20:]) / 20 < 0.15, kls[-20:]  # ... near its target at the end
+    kls, _ = _check_kl_held(root / "03-ppo", stages[-1], eval_gain=0.05, reward_gain=0.03)
+    assert sum(kls[-20:]) / 20 < 0.15, kls[-20:]  # near the target (0.1) at the end
 
 
 @pytest.mark.e2e
 def test_grpo_demo_with_kl_on(tmp_path):
-    """The pipeline demo's GRPO stage with the GRPO profile's KL settings (the demo turns KL off), a third of the
-    demo's step size, temperature 0.8 and a constant rate. Measured over seeds 1, 2, 3 x kernels avx2 and default
-    (scripts/bench_demos.py --demos kl_grpo): a single step's KL at most 0.358-0.383 on 2 of 6 runs (the health
-    rule's 3-step mean stays under 0.3), eval gain 0.155-0.269, training reward gain 0.107-0.190; seed 42: KL at
-    most 0.287, eval 0.435 -> 0.894. Here the KL stays under the limit mostly because the reference already writes
-    z's."""
+    """The pipeline demo's GRPO stage with the GRPO profile's KL settings (the demo turns KL off), a sixth of the
+    demo's step size for 150 steps, temperature 0.8 and a constant rate. Measured over seeds 1, 2, 3 x kernels avx2
+    and default (scripts/bench_demos.py --demos kl_grpo): a single step's KL at most 0.078-0.196, eval gain
+    0.144-0.231, training reward gain 0.120-0.242; seed 42: KL at most 0.268, eval gain 0.416. At lr 1e-3 (100
+    steps) two runs of six tripped kl_critical. Here the KL stays under the limit mostly because the reference
+    already writes z's."""
     res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", "stages.grpo.grpo.kl_penalty_coef=0.05",
-                  "stages.grpo.grpo.adaptive_kl=true", "stages.grpo.train.learning_rate=1e-3",
-                  "stages.grpo.train.max_steps=100", "stages.grpo.grpo.temperature=0.8",
+                  "stages.grpo.grpo.adaptive_kl=true", "stages.grpo.train.learning_rate=5e-4",
+                  "stages.grpo.train.max_steps=150", "stages.grpo.grpo.temperature=0.8",
                   "stages.grpo.train.lr_scheduler_type=constant", "stages.grpo.monitor.entropy_critical=0.05",
                   cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     stages = json.loads((root / "pipeline_summary.json").read_text())["stages"]
-    _check_kl_held(root / "03-grpo", stages[-1], step_kl_max=0.45, eval_gain=0.1)
+    _check_kl_held(root / "03-grpo", stages[-1], eval_gain=0.1, reward_gain=0.05)
