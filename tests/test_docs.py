@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from rlft.cli import app
 from rlft.config.keys import all_keys, closest, matching
+from rlft.config.metric_docs import CONDITIONAL, METRICS, PATTERNS, ROW_KEYS, STAGE_METRICS, describe
 from rlft.config.stages import SPECS
 from rlft.docs import generate, stale
 from rlft.docs.generate import cli_commands
@@ -58,7 +59,34 @@ def test_every_stage_metric_is_in_metrics_reference():
     text = (ROOT / "docs/reference/metrics.md").read_text()
     for spec in SPECS.values():
         assert f"\n## {spec.name}\n" in text
-        assert all(f"`{m}`" in text for m in spec.metrics)
+        assert all(f"| `{m}` | " in text for m in spec.metrics)
+
+
+def test_every_stage_metric_has_a_meaning_and_unit():
+    """A metric added to a StageSpec without an entry in rlft/config/metric_docs.py fails here."""
+    missing = [f"{spec.name}: {m}" for spec in SPECS.values() for m in spec.metrics
+               if not all(part.strip() for part in (describe(m, spec.name) or ("", "")))]
+    assert not missing, f"metrics without a meaning and unit in rlft/config/metric_docs.py: {missing}"
+    assert describe("no_such_metric", "grpo") is None
+
+
+def test_metric_docs_hold_no_stale_or_empty_entries():
+    listed = {m for spec in SPECS.values() for m in spec.metrics}
+    assert set(METRICS) <= listed, f"described but logged by no stage: {sorted(set(METRICS) - listed)}"
+    for stage, own in STAGE_METRICS.items():
+        assert stage in SPECS and set(own) <= set(SPECS[stage].metrics), (stage, sorted(own))
+    for table in (METRICS, ROW_KEYS, PATTERNS, CONDITIONAL, *STAGE_METRICS.values()):
+        assert all(meaning.strip() and unit.strip() for meaning, unit in table.values())
+    assert not set(CONDITIONAL) & listed, "a key every row carries belongs in its StageSpec's metrics"
+
+
+def test_metric_patterns_and_stage_meanings():
+    assert describe("rewards/format/mean", "grpo") == PATTERNS["rewards/<name>/mean"]
+    assert describe("rewards/format/errors") == PATTERNS["rewards/<name>/errors"]
+    assert describe("eval_rewards/format") == PATTERNS["eval_rewards/<name>"]
+    assert describe("rewards/a/b/mean") is None
+    assert describe("logps/chosen", "orpo") != describe("logps/chosen", "dpo")  # per-token mean vs sum
+    assert describe("step") == ROW_KEYS["step"]
 
 
 def test_keys_prefix_lists_matching_keys():

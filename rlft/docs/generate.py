@@ -131,23 +131,40 @@ def cli_page() -> str:
 
 # --- metrics.md --------------------------------------------------------------------------------
 
+def _metric_table(names, stage: str | None = None) -> list[str]:
+    """A `metric | meaning | unit` table of `names` (their meanings as `stage` logs them)."""
+    from rlft.config.metric_docs import describe
+
+    out = ["| metric | meaning | unit |", "|---|---|---|"]
+    for name in names:
+        meaning, unit = describe(name, stage) or ("", "")
+        out.append(f"| {_code(name)} | {_cell(meaning)} | {_cell(unit)} |")
+    return out + [""]
+
+
 def metrics_page() -> str:
+    from rlft.config.metric_docs import CONDITIONAL, PATTERNS, ROW_KEYS
     from rlft.config.stages import SPECS
 
-    out = ["# Logged metrics per stage", "", NOTE.format(src="each stage's StageSpec (rlft/stages/*/spec.py)"), "",
+    out = ["# Logged metrics per stage", "",
+           NOTE.format(src="each stage's StageSpec (rlft/stages/*/spec.py) and rlft/config/metric_docs.py"), "",
            "What each stage writes to every row of `metrics.jsonl` (null in a row where it was not measured that "
-           "step), the metrics on its console line, and the health rules checked on each row. Besides these, "
-           "each row carries `step`, `time` and `stage`, and on the stages that score every step's samples (grpo, "
-           "ppo) each reward function adds `rewards/<name>/mean`, `rewards/<name>/std` and `rewards/<name>/errors` "
-           "(`<name>` is the reward's name). "
-           "The meaning of each metric is on the stage's page (see [Stages](../stages/grpo.md)) and in "
-           "[Troubleshooting](../troubleshooting.md); a per-metric table of meanings and units is not generated "
-           "yet.", ""]
+           "step), with its meaning and unit, the metrics on its console line, and the health rules checked on each "
+           "row. Metrics marked TRL are computed by TRL's trainer as described; a row averages them over the "
+           "optimizer steps since the previous row. More on each stage on its page (see "
+           "[Stages](../stages/grpo.md)) and in [Troubleshooting](../troubleshooting.md).", "",
+           "## Every row", "", "Besides the stage's metrics, each row carries:", "", *_metric_table(ROW_KEYS),
+           "## Per-reward and evaluation keys", "",
+           "The stages that score every step's samples (grpo, ppo) add these for each reward function (`<name>` is "
+           "the reward's name); evaluation rows (`eval.every`) carry only `eval_*` keys:", "",
+           *_metric_table(PATTERNS)]
     for spec in SPECS.values():
-        out += [f"## {spec.name}", "",
-                "- metrics.jsonl: " + ", ".join(_code(m) for m in spec.metrics),
+        out += [f"## {spec.name}", "", *_metric_table(spec.metrics, spec.name),
                 "- console line: " + ", ".join(_code(m) for m in spec.console),
                 "- health rules: " + ", ".join(_code(r) for r in spec.health_rules), ""]
+    out += ["## Keys some settings add", "",
+            "Rows of grpo and ppo runs carry these only under the setting each names (episodes in an environment, "
+            "sampling ahead of the learner, ...):", "", *_metric_table(CONDITIONAL)]
     return "\n".join(out)
 
 
