@@ -96,7 +96,8 @@ def run_seed(seed: int, updates: int, out: Path) -> dict:
     alone = out / f"ppo-{seed}"
     wall = rlft("train", "--stage", "ppo", "--hw", "cpu", "-c", str(PPO_ALONE), f"train.output_dir={alone}",
                 f"train.seed={seed}", f"ppo.num_episodes={episodes}", f"ppo.batch_size={BATCH}",
-                f"ppo.mini_batch_size={BATCH // 2}", f"ppo.log_interval={BATCH}", log=out / f"ppo-{seed}.log")
+                f"ppo.mini_batch_size={BATCH // 2}", f"ppo.log_interval={BATCH}", "ppo.temperature=1.0",
+                log=out / f"ppo-{seed}.log")
     res["ppo_alone"] = ppo_result(alone, wall)
     return res
 
