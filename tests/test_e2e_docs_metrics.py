@@ -1,8 +1,8 @@
 """What a stage really writes to metrics.jsonl is documented: a short run of each stage's demo config on the
 built-in tiny model, through the CLI, and every key of every row must be listed for that stage in
-docs/reference/metrics.md (its `metrics.jsonl:` line, generated from the StageSpec) or in the page's opening
-paragraph (keys every row carries, and patterns such as `rewards/<name>/mean`, where `<name>` stands for any
-name without a slash). tests/test_docs.py checks the other direction: every StageSpec metric is on the page."""
+docs/reference/metrics.md (its table, generated from the StageSpec) or in the sections every stage shares (keys
+every row carries, patterns such as `rewards/<name>/mean`, where `<name>` stands for any name without a slash,
+and keys some settings add). tests/test_docs.py checks the other direction: every StageSpec metric is on the page."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ SHORT = {
 }
 
 
-def _code_spans(text: str) -> list[str]:
-    return re.findall(r"`([^`]+)`", text)
+def _table_names(body: str) -> list[str]:
+    """The metric names of a section's tables: the code span that opens each row (`| `name` | meaning | unit |`)."""
+    return re.findall(r"^\| `([^`]+)` \|", body, re.M)
 
 
 def _as_pattern(name: str) -> re.Pattern:
@@ -41,16 +42,19 @@ def _as_pattern(name: str) -> re.Pattern:
                               for part in re.split(r"(<[^>/]+>)", name)) + r"\Z")
 
 
+SHARED = ("Every row", "Per-reward and evaluation keys", "Keys some settings add")
+
+
 def documented(stage: str) -> list[re.Pattern]:
-    """The metric names docs/reference/metrics.md gives `stage`: its own line and the page's opening paragraph."""
+    """The metric names docs/reference/metrics.md gives `stage`: its own table and the sections every stage shares
+    (keys every row carries, per-reward patterns, keys some settings add)."""
     text = (ROOT / "docs/reference/metrics.md").read_text()
-    intro, _, sections = text.partition("\n## ")
-    section = re.search(rf"(?:^|\n## ){re.escape(stage)}\n(.*?)(?=\n## |\Z)", "\n## " + sections, re.S)
-    assert section, f"no `## {stage}` section in docs/reference/metrics.md"
-    line = next((ln for ln in section.group(1).splitlines() if ln.startswith("- metrics.jsonl:")), "")
-    assert line, f"no `- metrics.jsonl:` line in the {stage} section of docs/reference/metrics.md"
-    # a placeholder on its own (the prose's "`<name>` is ...") names no metric
-    return [_as_pattern(name) for name in _code_spans(intro) + _code_spans(line) if not re.fullmatch(r"<[^>]*>", name)]
+    sections = dict(part.split("\n", 1) for part in text.split("\n## ")[1:] if "\n" in part)
+    assert stage in sections, f"no `## {stage}` section in docs/reference/metrics.md"
+    names = _table_names(sections[stage])
+    assert names, f"no metric table in the {stage} section of docs/reference/metrics.md"
+    shared = [n for title in SHARED for n in _table_names(sections.get(title, ""))]
+    return [_as_pattern(name) for name in shared + names]
 
 
 def test_documented_patterns_match_placeholders_only():
