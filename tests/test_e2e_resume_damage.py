@@ -98,8 +98,10 @@ def test_resume_that_fails_before_a_step_leaves_the_run_files_as_they_were(finis
     import torch
 
     cases = {
-        "damaged config.yaml": (lambda out: (out / "config.yaml").write_text("stage: [grpo\n  model: {"),
-                                ["train.max_steps=7"], "config.yaml is not readable YAML"),
+        # rlft's header kept, the body damaged (a config.yaml without the header is not taken as rlft's: test_folders)
+        "damaged config.yaml": (lambda out: (out / "config.yaml").write_text(
+            "# rlft resolved config; each key notes the layer that set it\nstage: [grpo\n  model: {"),
+            ["train.max_steps=7"], "config.yaml is not readable YAML"),
         "changed config": (lambda out: None, ["train.max_steps=7", "train.learning_rate=1e-3"], "1 setting(s) changed"),
         "nothing left": (lambda out: None, ["train.max_steps=6"], "nothing left to do"),
         # every checkpoint found damaged only when the trainer loads its state: nothing was trained
