@@ -159,7 +159,7 @@ def test_episode_grpo_schedule_counts_updates_of_groups():
 
     cfg, _, _ = load_config("grpo", "cpu", ["configs/examples/tool_use_grpo.yaml"], [])
     s = episode_grpo_loop_schedule(cfg, 32)
-    assert (s.batch_size, s.mini_batch_size, s.minibatches_per_step) == (16, 8, 1)  # 2 rows x 8, 2 substeps
+    assert (s.batch_size, s.mini_batch_size, s.minibatches_per_step) == (32, 16, 1)  # 2 rows x 16, 2 substeps
     assert (s.num_updates, s.optimizer_steps_per_update, s.log_every, s.eval_every, s.save_every) == (40, 4, 1, 20, 20)
     cfg.train.max_steps, cfg.train.num_train_epochs = -1, 1.5
     assert episode_grpo_loop_schedule(cfg, 32).num_updates == 24  # 1.5 passes over 32 rows, 2 rows an update
