@@ -405,20 +405,17 @@ def _replace(run: RunDir) -> None:
     current = read_marker(run.root) or {}
     foreign = RUN_OWNED.first_foreign(run.root)
     if foreign is not None:  # not only rlft's files: nothing here is rlft's to delete, now or later
-        keep = run.root.with_name(f"{run.root.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
-        n = 1
+        base = run.root.with_name(f"{run.root.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        keep, n = base, 1
         while keep.exists() or keep.is_symlink():
-            keep, n = keep.with_name(f"{run.root.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}-{n}"), n + 1
+            keep, n = base.with_name(f"{base.name}-{n}"), n + 1
         run.root.rename(keep)
         held.moved_to(keep)
         held.release()
         print(f"rlft: --overwrite: {run.root} holds {foreign}, which rlft did not write: moved the whole folder to "
               f"{keep}; nothing in it is deleted", file=sys.stderr)
-        run.root.mkdir(parents=True)
-        mark(run.root, RUN_KIND)
-        run.lock = RunLock(run.root).acquire()
-        return
-    if old.exists() and current.get("replaces") and run.replaced is not None:
+        replaces = None  # a folder of the user's: the new run replaces no rlft run
+    elif old.exists() and current.get("replaces") and run.replaced is not None:
         # an earlier replacement that never wrote a checkpoint: nothing in it to keep; the run it
         # replaced stays in <name>.old until this run's first checkpoint
         replaces = current["replaces"]
@@ -440,7 +437,7 @@ def _replace(run: RunDir) -> None:
         print(f"rlft: --overwrite: moved the existing run to {old}; it is deleted once this run writes its "
               f"first checkpoint", file=sys.stderr)
     run.root.mkdir(parents=True)
-    mark(run.root, RUN_KIND, replaces=replaces)
+    mark(run.root, RUN_KIND, **({} if replaces is None else {"replaces": replaces}))
     run.lock = RunLock(run.root).acquire()
 
 
