@@ -149,6 +149,26 @@ def base_model_path(target: Target) -> str:
                    f"another; pass the run folder instead")
 
 
+def chain_start(target: Target, dtype: str):
+    """The weights the target's adapter was trained on when its run started from an earlier run (`model.init_from`,
+    a pipeline's later stage): that chain rebuilt as training rebuilt it. None for a run that started from its base
+    (the adapter's recorded base is then right)."""
+    settings = run_config(target.run_root)
+    model_section = settings.get("model") if isinstance(settings.get("model"), dict) else {}
+    if not model_section.get("init_from"):
+        return None
+    from rlft.config.schema import from_dict
+    from rlft.models.init_from import start_model
+    from rlft.models.weights import ModelLoadError
+
+    cfg = from_dict(RlftConfig, {k: settings[k] for k in ("model", "train") if isinstance(settings.get(k), dict)})
+    cfg.model.torch_dtype = dtype
+    try:
+        return start_model(target.run_root, cfg)
+    except ModelLoadError as exc:
+        raise RunError(f"{target.run_root}: {exc}") from None
+
+
 def load_policy(target: Target, dtype: str = "float32"):
     """The trained policy (adapter on its base, or the full model) and its tokenizer, in eval mode."""
     import torch
@@ -159,7 +179,8 @@ def load_policy(target: Target, dtype: str = "float32"):
     dt = getattr(torch, dtype)
     if target.is_adapter:
         base_path = base_model_path(target)
-        model = load_adapter(pretrained_causal_lm(base_path, dt), target.weights)
+        start = chain_start(target, dtype)
+        model = load_adapter(start if start is not None else pretrained_causal_lm(base_path, dt), target.weights)
         tok_path = target.weights if (target.weights / "tokenizer_config.json").is_file() else base_path
     else:
         model = pretrained_causal_lm(str(target.weights), dt)

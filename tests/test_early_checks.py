@@ -71,6 +71,20 @@ def test_reward_column_missing_from_data_is_a_config_error(in_tmp):
     assert res.exit_code == 0, res.stderr
 
 
+def test_reward_column_missing_from_eval_data_is_a_config_error(in_tmp):
+    """data.eval is scored at every evaluation: a reward column it lacks is refused as data.train's is."""
+    (in_tmp / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n' * 16)
+    (in_tmp / "e.jsonl").write_text('{"prompt": "2+2?", "solution": "4"}\n' * 4)
+    res = cli("validate-config", "data.train=d.jsonl", "data.eval=e.jsonl", "rewards=[exact_match]")
+    assert res.exit_code == 2
+    assert "reward `exact_match` reads column `answer`, which data.eval (e.jsonl) lacks (columns: prompt, solution)" \
+        in res.stderr, res.stderr
+    assert "data.train" not in res.stderr.split("reads column")[1].split("\n")[0]
+    (in_tmp / "e.jsonl").write_text('{"prompt": "2+2?", "answer": "4"}\n' * 4)
+    res = cli("validate-config", "data.train=d.jsonl", "data.eval=e.jsonl", "rewards=[exact_match]")
+    assert res.exit_code == 0, res.stderr
+
+
 @pytest.mark.parametrize("command", ["validate-config", "show-config"])
 def test_hw_auto_in_config_commands(command, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

@@ -178,6 +178,9 @@ sp = policy.state_dict()
 print("INIT_FROM", cfg.model.init_from.endswith("02-awr"), "REF", cfg.model.ref, load_reference(cfg) is None)
 print("EQUALS_STAGE2", all(torch.equal(sp[k], v) for k, v in by_hand.state_dict().items()))
 print("EQUALS_STAGE1", all(torch.equal(sp[k], v) for k, v in only_orpo.items()))
+from rlft.posttrain import load_policy, resolve_target
+served = load_policy(resolve_target(root + "/02-awr"))[0].merge_and_unload().state_dict()  # rlft generate/eval/export
+print("SERVED_STAGE2", all(torch.allclose(served[k], v, atol=1e-6) for k, v in by_hand.state_dict().items()))
 """
 
 
@@ -210,6 +213,8 @@ def test_pipeline_demo_runs(tmp_path):
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert "INIT_FROM True REF init True" in probe.stdout
     assert "EQUALS_STAGE2 True" in probe.stdout and "EQUALS_STAGE1 False" in probe.stdout
+    # generate/eval/export of a later stage serve the weights it trained on, not its adapter on the plain base
+    assert "SERVED_STAGE2 True" in probe.stdout
 
 
 @pytest.mark.parametrize("second, shown", [

@@ -14,7 +14,7 @@ from typing import Any
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
 from rlft.run_config import RunConfigError, value_kind  # noqa: F401 - RunConfigError re-exported
-from rlft.run_config import read_run_config as read_settings
+from rlft.run_config import read_run_config
 
 
 def run_root(path: str | Path) -> Path:
@@ -28,10 +28,10 @@ def is_finished(root: Path) -> bool:
     return (final / "adapter_config.json").is_file() or (final / "config.json").is_file()
 
 
-def read_run_config(root: Path) -> dict:
+def read_chain_run(root: Path) -> dict:
     """The resolved config an earlier run saved (plain values; the provenance comments are YAML comments);
     RunConfigError when it is not readable YAML, not a mapping, or its `model` section is not one."""
-    data = read_settings(root)
+    data = read_run_config(root)
     if not isinstance(data.get("model", {}), dict):
         raise RunConfigError(f"{root / 'config.yaml'} is damaged: its model section is not a mapping",
                              root / "config.yaml", found=value_kind(data["model"]))
@@ -72,7 +72,7 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
                                 f"`rlft train ... --resume` first, or point init_from at a finished run"))
         return
     try:
-        earlier = _model_of(read_run_config(root))
+        earlier = _model_of(read_chain_run(root))
     except RunConfigError as exc:
         problems.append(Problem("model.init_from", where, str(exc)))
         return

@@ -409,11 +409,18 @@ def _check_model_path(c: Composed, problems: list[Problem]) -> None:
 
 
 def _check_reward_columns(c: Composed, problems: list[Problem]) -> None:
-    """A column a reward reads that data.train lacks would fail at the first scored step: say so now."""
+    """A column a reward reads that data.train (or data.eval, scored at every evaluation) lacks would fail at the
+    first scored step or evaluation: say so now."""
     rewards = c.data.get("rewards") or []
-    path = _get(c.data, "data.train")
-    if not rewards or not isinstance(rewards, list) or not isinstance(path, str) or not STAGE_SPECS[c.stage].samples:
+    if not rewards or not isinstance(rewards, list) or not STAGE_SPECS[c.stage].samples:
         return
+    for key in ("data.train", "data.eval"):
+        path = _get(c.data, key)
+        if isinstance(path, str):
+            _check_reward_columns_of(c, problems, rewards, key, path)
+
+
+def _check_reward_columns_of(c: Composed, problems: list[Problem], rewards: list, key: str, path: str) -> None:
     from rlft.data.peek import DataError, peek_columns
     from rlft.rewards.registry import reward_columns
 
@@ -421,6 +428,8 @@ def _check_reward_columns(c: Composed, problems: list[Problem]) -> None:
         from rlft.demo import demo_prompts
 
         columns = list(demo_prompts()[0])
+    elif path.startswith("builtin:"):
+        return
     else:
         try:
             columns = peek_columns(path).columns
@@ -437,10 +446,10 @@ def _check_reward_columns(c: Composed, problems: list[Problem]) -> None:
                 continue
             close = difflib.get_close_matches(col, present, n=1)
             hint = f"; did you mean `{close[0]}`?" if close else ""
-            key = f"rewards[{i}].kwargs.column" if col in (kwargs.get("column"), *(kwargs.get("columns") or ())) \
+            where = f"rewards[{i}].kwargs.column" if col in (kwargs.get("column"), *(kwargs.get("columns") or ())) \
                 else f"rewards[{i}].fn"
-            problems.append(Problem(key, c.layer_of("rewards"),
-                                    f"reward `{item['fn']}` reads column `{col}`, which data.train ({path}) lacks "
+            problems.append(Problem(where, c.layer_of("rewards"),
+                                    f"reward `{item['fn']}` reads column `{col}`, which {key} ({path}) lacks "
                                     f"(columns: {', '.join(present)}){hint}; set the reward's kwargs.column"))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlft.config.init_from import RunConfigError, read_run_config, run_root
+from rlft.config.init_from import RunConfigError, read_chain_run, run_root
 from rlft.config.schema import RlftConfig
 from rlft.models.weights import ModelLoadError, load_adapter, load_causal_lm
 
@@ -36,7 +36,7 @@ def _model_section(root: Path) -> dict:
     """The `model` section of run `root`'s config.yaml; a ModelLoadError naming the file when it is damaged
     (an earlier run of the chain is read here for the first time, after validation)."""
     try:
-        model_cfg = read_run_config(root).get("model") or {}
+        model_cfg = read_chain_run(root).get("model") or {}
     except RunConfigError as exc:
         raise ModelLoadError(f"model.init_from: {exc}") from None
     parent = model_cfg.get("init_from")

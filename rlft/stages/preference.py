@@ -41,7 +41,7 @@ def load_preference_data(cfg: RlftConfig):
     return train, evaluation
 
 
-def apply_chat_template_setting(cfg: RlftConfig, datasets: list, tokenizer) -> tuple[list, str]:
+def pairs_as_chat(cfg: RlftConfig, datasets: list, tokenizer) -> tuple[list, str]:
     """(datasets, start-line phrase): plain-text pairs become chat messages (user prompt, assistant answers)
     when the template applies, so TRL renders them with the tokenizer's chat template."""
     from rlft.data import DataError
@@ -103,7 +103,7 @@ def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, lo
         from rlft.models.loading import load_model_and_tokenizer
 
         model, tokenizer = load_model_and_tokenizer(cfg)
-        (train_ds, eval_ds), chat_note = apply_chat_template_setting(cfg, [train_ds, eval_ds], tokenizer)
+        (train_ds, eval_ds), chat_note = pairs_as_chat(cfg, [train_ds, eval_ds], tokenizer)
         ref = load_reference(cfg) if load_reference is not None else None
         ctx.open_run()
         args = trl_config(cfg, str(ctx.run.checkpoints), composed)
