@@ -105,12 +105,31 @@ def eval_config_file(run_root: Path, stage: str) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f"{EVAL_CONFIG_NAME}.", suffix=".tmp", dir=run_root)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(yaml.safe_dump({k: v for k, v in data.items() if k in keep}, sort_keys=False))
+            f.write(yaml.safe_dump(escaped({k: v for k, v in data.items() if k in keep}), sort_keys=False))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def escaped(settings: dict) -> dict:
+    """The run's resolved settings as a config layer: a `${...}` left in a value is text the user escaped (`\\${..}`)
+    when the run started, so it is escaped again rather than interpolated a second time (rewards[].kwargs reach
+    the reward verbatim and never interpolate)."""
+    def walk(node, verbatim=False):
+        if isinstance(node, dict):
+            return {k: walk(v, verbatim) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, verbatim) for v in node]
+        return node.replace("${", "\\${") if isinstance(node, str) and not verbatim else node
+
+    out = walk({k: v for k, v in settings.items() if k != "rewards"})
+    rewards = settings.get("rewards")
+    if "rewards" in settings:
+        out["rewards"] = [{k: walk(v, verbatim=k == "kwargs") for k, v in item.items()} if isinstance(item, dict)
+                          else walk(item) for item in rewards] if isinstance(rewards, list) else walk(rewards)
+    return {k: out[k] for k in settings}
 
 
 def run_model_name(run_root: Path | None) -> str | None:
@@ -174,6 +193,7 @@ def load_policy(target: Target, dtype: str = "float32"):
     import torch
     from transformers import AutoTokenizer
 
+    from rlft.data.chat import bind_template_kwargs
     from rlft.models.weights import load_adapter, pretrained_causal_lm
 
     dt = getattr(torch, dtype)
@@ -188,6 +208,9 @@ def load_policy(target: Target, dtype: str = "float32"):
     tokenizer = AutoTokenizer.from_pretrained(str(tok_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    # the run's chat-template variables: the trained policy is sampled on prompts rendered as in training
+    template_kwargs = (run_config(target.run_root).get("data") or {}).get("chat_template_kwargs")
+    bind_template_kwargs(tokenizer, template_kwargs if isinstance(template_kwargs, dict) else None)
     model.eval()
     return model, tokenizer
 

@@ -305,3 +305,20 @@ def test_config_layer_replaces_a_hard_link_instead_of_writing_through_it(tmp_pat
     path = eval_config_file(run, "grpo")
     assert outside.read_text() == "precious\n" and "rewards:" in path.read_text()
     assert sorted(p.name for p in run.iterdir()) == [".rlft-eval-config.yaml", "completions.jsonl", "config.yaml"]
+
+
+def test_config_layer_keeps_escaped_interpolations_as_text(tmp_path):
+    """A `\\${..}` the user escaped is `${..}` in the run's resolved config.yaml: eval/rewards try must read it back
+    as that text, not interpolate it (a missing key error, or another key's value); reward kwargs stay verbatim."""
+    from rlft.config.compose import compose
+    from rlft.posttrain import eval_config_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(
+        "stage: grpo\nmodel: {name_or_path: tiny}\n"
+        "data: {train: demo, system_prompt: 'Costs ${data.train} dollars, ${nothing}'}\n"
+        "rewards: [{fn: regex_match, kwargs: {pattern: 'a ${x} b'}}]\n")
+    composed = compose("grpo", "cpu", [eval_config_file(run, "grpo")])
+    assert composed.data["data"]["system_prompt"] == "Costs ${data.train} dollars, ${nothing}"
+    assert composed.data["rewards"][0]["kwargs"] == {"pattern": "a ${x} b"}
