@@ -243,6 +243,7 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     from rlft.models.loading import ModelLoadError, load_policy, load_policy_tokenizer
     from rlft.posttrain import sampling_section
     from rlft.rollout import SamplingParams, sample
+    from rlft.rollout.score import sampled_columns
     from rlft.run import RunError
     from rlft.runtime import quiet_libraries
     from rlft.stages.prompt_data import prepare_prompt_data
@@ -267,9 +268,11 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
                             batch_size=64, seed=cfg.train.seed)
     rows = ds.to_list()
     rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params, prompt_ids=[r["prompt_id"] for r in rows])
+    sampled = sampled_columns(rolls)  # token counts and budget, for the rewards that name them (overlong_penalty)
     items = []
     for i, p in enumerate(rolls.prompt_index):
         cols = {k: v for k, v in rows[p].items() if k not in ("prompt", "prompt_id")}
+        cols.update({k: v[i] for k, v in sampled.items()})
         items.append(Item(step=0, prompt_id=rows[p]["prompt_id"], prompt=rows[p]["prompt"],
                           completion=rolls.completions[i], columns=cols, group=p))
     return items

@@ -15,6 +15,7 @@ problems), with the tokenizer's chat template applied as rlft applies it to plai
     python scripts/bench_realmodel_learning.py                 # 2 seeds, the full budget
     python scripts/bench_realmodel_learning.py --quick         # a few steps and 50 problems: does it work
     python scripts/bench_realmodel_learning.py --probe         # base accuracy per difficulty, no training
+    python scripts/bench_realmodel_learning.py --recipe dapo   # a loss recipe (configs/recipes/) over the same run
 
 This is a benchmark, not a test: it takes about half an hour on 2 CPU cores.
 """
@@ -154,6 +155,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=12)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--recipe", default=None, help="a GRPO loss recipe layered last: configs/recipes/NAME.yaml")
     ap.add_argument("--quick", action="store_true", help="3 steps, 50 problems, one seed")
     ap.add_argument("--probe", action="store_true", help="base greedy accuracy per task on --problems, no training")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
@@ -197,7 +199,8 @@ def main() -> int:
         cfg = write_config(workdir, train_rows, args)
         for seed in seeds:
             run = workdir / f"run-seed{seed}"
-            cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", str(cfg),
+            recipe = ["-c", str(ROOT / "configs" / "recipes" / f"{args.recipe}.yaml")] if args.recipe else []
+            cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", str(cfg), *recipe,
                    f"model.name_or_path={args.model}", f"train.seed={seed}", f"train.output_dir={run}",
                    "--overwrite"]
             print("$ rlft " + " ".join(cmd[3:]), flush=True)
@@ -221,7 +224,8 @@ def main() -> int:
                   f"{first5:.3f} -> {last5:.3f} over {steps} steps, train {train_s:.0f} s; e.g. {outs_after[:3]}",
                   flush=True)
 
-    print(f"\ntask {args.task} {TASKS[args.task]}, {len(held)} held-out problems, {args.steps} steps x "
+    print(f"\nrecipe {args.recipe or '(default)'}; task {args.task} {TASKS[args.task]}, {len(held)} held-out problems, "
+          f"{args.steps} steps x "
           f"{args.batch} prompts x {args.group} completions, lr {args.lr}, max_tokens {args.max_tokens}, "
           f"temperature {args.temperature}")
     print("| seed | accuracy before | accuracy after | train reward, first 5 steps | last 5 steps | train wall s |")
@@ -231,7 +235,7 @@ def main() -> int:
               f"{r['train_reward_last5']:.3f} | {r['train_s']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps({
-            "model": str(args.model.name), "task": args.task, "operands": TASKS[args.task],
+            "model": str(args.model.name), "recipe": args.recipe, "task": args.task, "operands": TASKS[args.task],
             "problems": len(held), "data_seed": args.data_seed, "steps": args.steps, "batch": args.batch,
             "group": args.group, "max_tokens": args.max_tokens, "lr": args.lr, "temperature": args.temperature,
             "base_eval_s": round(eval_s, 1), "examples_before": outs_before[:5], "results": results}, indent=2))

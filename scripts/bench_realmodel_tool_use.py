@@ -143,6 +143,10 @@ def main() -> int:
     ap.add_argument("--orpo-lr", type=float, default=5e-4)
     ap.add_argument("--ppo-updates", type=int, default=4, help="PPO updates of 8 episodes")
     ap.add_argument("--ppo-lr", type=float, default=2e-5, help="2e-4 breaks the ORPO model's format (benchmarks)")
+    ap.add_argument("--ppo-critic-warmup", type=int, default=None, help="ppo.critic_warmup (updates)")
+    ap.add_argument("--ppo-value-init", default=None, help="ppo.value_init: zero | first_batch_mean")
+    ap.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="any other key of the PPO stage, e.g. ppo.ent_coef=0 (repeatable)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--quick", action="store_true", help="3 ORPO steps, 1 PPO update")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
@@ -155,9 +159,15 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     path = pipeline_yaml(folder, args.model.resolve(), args)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    ppo_keys = list(args.ppo_set)
+    if args.ppo_critic_warmup is not None:
+        ppo_keys.append(f"ppo.critic_warmup={args.ppo_critic_warmup}")
+    if args.ppo_value_init is not None:
+        ppo_keys.append(f"ppo.value_init={args.ppo_value_init}")
     t0 = time.time()
     with open(folder / "pipeline.log", "w") as log:
-        rc = subprocess.run([sys.executable, "-m", "rlft.cli", "pipeline", "run", str(path)], cwd=ROOT, env=env,
+        rc = subprocess.run([sys.executable, "-m", "rlft.cli", "pipeline", "run", str(path),
+                             *(f"stages.ppo.{kv}" for kv in ppo_keys)], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         sys.exit(f"pipeline failed (exit {rc}); see {folder / 'pipeline.log'}")

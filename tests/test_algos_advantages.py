@@ -126,7 +126,8 @@ def test_unknown_baseline_lists_valid_names():
 
 
 def test_builtin_modes():
-    assert set(BASELINE_MODES) == {"group_mean", "group_mean_std", "global_mean", "leave_one_out"}
+    assert set(BASELINE_MODES) == {"group_mean", "group_mean_std", "group_mean_batch_std", "global_mean",
+                                   "leave_one_out"}
 
 
 def test_bad_length_raises():

@@ -8,6 +8,7 @@ import torch
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae,
     kl_penalty_per_token, last_token_index, masked_moments, masked_whiten, moments_mean_var, ppo_loss, shape_rewards,
+    value_bias_from_returns,
 )
 
 T = torch.tensor
@@ -250,3 +251,27 @@ def test_return_scale_only_shrinks_worked_numbers():
     # the moments of two batches add up to those of their union
     both = masked_moments(returns[:2], ones[:2]) + masked_moments(returns[2:], ones[2:])
     assert return_scale(both) == pytest.approx(248 ** 0.5)
+
+
+def test_value_bias_is_the_mean_discounted_return_per_action_token():
+    """gamma 0.5. Row 0: rewards 0, 0, 2 -> returns-to-go 0.5, 1, 2. Row 1: 1, (masked), 4 -> 3 (the masked token
+    skipped), 4. Mean over the five action tokens: 10.5 / 5 = 2.1."""
+    rewards = T([[0.0, 0.0, 2.0], [1.0, 9.0, 4.0]])
+    mask = T([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
+    assert value_bias_from_returns(rewards, mask, 0.5) == pytest.approx(2.1)
+    # gamma 1, every episode the same score on its last token: every target is that score
+    same = T([[0.0, 0.0, 17.5], [0.0, 17.5, 0.0]])
+    assert value_bias_from_returns(same, T([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]), 1.0) == pytest.approx(17.5)
+
+
+def test_a_warmup_loss_is_the_value_term_alone():
+    torch.manual_seed(0)
+    logp, logp_old, adv = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3)
+    v, v_old, ret, ent = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3), torch.rand(2, 3)
+    mask = torch.ones(2, 3)
+    kw = dict(clip_range=0.2, clip_range_value=0.2, vf_coef=0.5, ent_coef=0.01)
+    full, m_full = ppo_loss(logp, logp_old, adv, v, v_old, ret, ent, mask, **kw)
+    warm, m_warm = ppo_loss(logp, logp_old, adv, v, v_old, ret, ent, mask, train_policy=False, **kw)
+    assert float(warm) == pytest.approx(0.5 * m_full["value_loss"])
+    assert m_warm == m_full  # the policy terms are still reported
+    assert float(full) != pytest.approx(float(warm))

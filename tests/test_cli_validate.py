@@ -390,41 +390,69 @@ def test_trl_keys_are_checked_against_the_stage_trainer():
 
 # --- `trl:` keys a path does not read, or that fight rlft's own keys: refused at validate time ---------------
 
-def test_trl_epsilon_high_with_the_unclipped_loss_names_both_keys():
+def test_trl_loss_keys_rlft_models_are_refused_with_rlft_s_key():
     _needs_trl_sources("grpo")
-    write("p.yaml", "grpo:\n  loss_fn: importance_sampling\ntrl:\n  epsilon_high: 0.28\n")
+    write("p.yaml", "grpo:\n  loss_fn: ppo\ntrl:\n  epsilon_high: 0.28\n")
     key, layer, msg = one_error("--stage", "grpo", "-c", "p.yaml")
     assert (key, layer) == ("trl.epsilon_high", "p.yaml:4")
-    assert "grpo.loss_fn is `importance_sampling`" in msg and "grpo.loss_fn: ppo" in msg and "grpo.clip_range" in msg
+    assert "did you mean `grpo.clip_high`?" in msg
 
 
-def test_trl_epsilon_high_with_the_clipped_loss_is_dapo_s_asymmetric_clip():
+@pytest.mark.parametrize("over, key, rlft_key", [
+    ("trl.epsilon=0.3", "trl.epsilon", "grpo.clip_low"),
+    ("trl.delta=2.0", "trl.delta", "grpo.clip_ratio_c"),
+    ("trl.importance_sampling_level=sequence", "trl.importance_sampling_level", "grpo.is_level"),
+    ("trl.scale_rewards=batch", "trl.scale_rewards", "grpo.baseline_mode"),
+    ("trl.mask_truncated_completions=true", "trl.mask_truncated_completions", "grpo.mask_truncated"),
+    ("trl.loss_type=dr_grpo", "trl.loss_type", "grpo.loss_agg: seq_mean_token_sum_norm"),
+    ("trl.loss_type=grpo", "trl.loss_type", "grpo.loss_agg: seq_mean_token_mean"),
+    ("trl.loss_type=dapo", "trl.loss_type", "grpo.loss_agg: token_mean"),
+    ("trl.loss_type=cispo", "trl.loss_type", "grpo.loss_fn: cispo"),
+])
+def test_trl_loss_keys_name_the_rlft_key_to_set(over, key, rlft_key):
     _needs_trl_sources("grpo")
-    result = cli("validate-config", "--stage", "grpo", "grpo.loss_fn=ppo", "trl.epsilon_high=0.28")
-    assert result.exit_code == 0, result.output
+    for loss in ("importance_sampling", "ppo"):
+        got, _, msg = one_error("--stage", "grpo", f"grpo.loss_fn={loss}", over)
+        assert got == key and f"did you mean `{rlft_key}" in msg, msg
+
+
+def test_trl_loss_types_rlft_does_not_offer_are_refused():
+    _needs_trl_sources("grpo")
+    key, _, msg = one_error("--stage", "grpo", "trl.loss_type=sapo")
+    assert key == "trl.loss_type" and "rlft has no sapo loss" in msg and "grpo.loss_fn" in msg
+    key, _, msg = one_error("--stage", "grpo", "trl.vespo_k_pos=2.0")
+    assert key == "trl.vespo_k_pos" and "loss_type vespo" in msg
 
 
 @pytest.mark.parametrize("over, key, words", [
-    (("trl.epsilon=0.3",), "trl.epsilon", "grpo.loss_fn: ppo"),
-    (("trl.delta=2.0",), "trl.delta", "grpo.loss_fn: ppo"),
-    (("trl.loss_type=cispo",), "trl.loss_type", "1e9"),
-    (("trl.importance_sampling_level=sequence",), "trl.importance_sampling_level", "grpo.loss_fn: ppo"),
+    (("grpo.loss_fn=importance_sampling", "grpo.clip_high=0.28"), "grpo.clip_high", "grpo.loss_fn is `importance"),
+    (("grpo.loss_fn=importance_sampling", "grpo.clip_ratio_c=3.0"), "grpo.clip_ratio_c", "grpo.loss_fn is `impo"),
+    (("grpo.loss_fn=importance_sampling", "grpo.clip_low=0.2"), "grpo.clip_low", "never clips"),
+    (("grpo.loss_fn=cispo", "grpo.clip_high=4.0", "grpo.clip_low=0.2"), "grpo.clip_low", "grpo.loss_fn is `cispo`"),
+    (("grpo.loss_fn=cispo", "grpo.clip_high=4.0", "grpo.clip_ratio_c=3.0"), "grpo.clip_ratio_c", "`cispo`"),
+    (("grpo.loss_fn=cispo", "grpo.clip_high=4.0", "grpo.loss_agg=seq_mean_token_mean"), "grpo.loss_agg", "cispo"),
+    (("grpo.loss_fn=ppo", "grpo.clip_ratio_c=1.1"), "grpo.clip_ratio_c", "grpo.clip_high"),
 ])
-def test_trl_keys_fighting_the_unclipped_loss_are_refused(over, key, words):
-    _needs_trl_sources("grpo")
-    got, _, msg = one_error("--stage", "grpo", "grpo.loss_fn=importance_sampling", *over)
-    assert got == key and "grpo.loss_fn" in msg and words in msg
+def test_a_key_the_chosen_loss_ignores_is_refused_naming_both(over, key, words):
+    got, _, msg = one_error("--stage", "grpo", *over)
+    assert got == key and words in msg, msg
 
 
-def test_trl_loss_types_that_ignore_grpo_loss_fn_are_refused():
-    _needs_trl_sources("grpo")
-    key, _, msg = one_error("--stage", "grpo", "trl.loss_type=cispo")  # the profile's ppo: cap = clip_range
-    assert key == "trl.loss_type" and "trl.epsilon_high" in msg and "grpo.clip_range (0.2)" in msg
-    assert cli("validate-config", "--stage", "grpo", "trl.loss_type=cispo", "trl.epsilon_high=5.0").exit_code == 0
-    key, _, msg = one_error("--stage", "grpo", "trl.loss_type=sapo")
-    assert key == "trl.loss_type" and "grpo.loss_fn" in msg
-    key, _, msg = one_error("--stage", "grpo", "trl.vespo_k_pos=2.0")
-    assert key == "trl.vespo_k_pos" and "trl.loss_type: vespo" in msg
+def test_the_loss_menu_validates_and_names_its_choices():
+    ok = cli("validate-config", "--stage", "grpo", "grpo.loss_fn=ppo", "grpo.clip_high=0.28", "grpo.clip_ratio_c=3.0",
+             "grpo.loss_agg=seq_mean_token_sum_norm", "grpo.is_level=sequence", "grpo.clip_low=3e-4")
+    assert ok.exit_code == 0, ok.output
+    key, _, msg = one_error("--stage", "grpo", "grpo.loss_agg=token_men")
+    assert key == "grpo.loss_agg" and "did you mean `token_mean`?" in msg
+    key, _, msg = one_error("--stage", "grpo", "grpo.loss_fn=cipso")
+    assert key == "grpo.loss_fn" and "cispo" in msg
+
+
+def test_mask_truncated_is_single_turn_only():
+    example = REPO / "configs" / "examples" / "tool_use_grpo.yaml"
+    key, _, msg = one_error("--stage", "grpo", "--hw", "cpu", "-c", example, "grpo.mask_truncated=true")
+    assert key == "grpo.mask_truncated" and "env.name" in msg
+    assert cli("validate-config", "--stage", "grpo", "grpo.mask_truncated=true").exit_code == 0
 
 
 def test_trl_on_grpo_episodes_is_refused_naming_the_path():
@@ -460,8 +488,8 @@ def test_sampled_sft_refuses_packing_at_validate_time():
 
 def test_a_legit_trl_key_on_single_turn_grpo_still_validates():
     _needs_trl_sources("grpo")
-    for over in (("trl.top_k=20", "trl.loss_type=dr_grpo", "trl.mask_truncated_completions=true"),
-                 ("grpo.loss_fn=importance_sampling", "trl.loss_type=grpo", "trl.top_k=20"),
+    for over in (("trl.top_k=20", "grpo.loss_agg=seq_mean_token_sum_norm", "grpo.mask_truncated=true"),
+                 ("grpo.loss_fn=importance_sampling", "grpo.loss_agg=seq_mean_token_mean", "trl.top_k=20"),
                  ("grpo.async.max_steps_off_policy=1", "trl.top_k=20")):
         result = cli("validate-config", "--stage", "grpo", *over)
         assert result.exit_code == 0, (over, result.output)

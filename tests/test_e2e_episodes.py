@@ -144,3 +144,70 @@ def test_bad_env_kwargs_exit_2_before_the_run_folder(tmp_path):
     assert res.returncode == 2, res.stderr[-2000:]
     assert "env.kwargs" in res.stderr and "'tiny' or 'chat'" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+COIN_ENV = '''
+class CoinEnv:
+    """One action per episode. Even task ids pay 0 whatever the action (every group constant); odd ones pay 1
+    when the action's text has an odd length, so most of their groups carry signal."""
+
+    def reset(self, row, seed):
+        self.task = row["task_id"]
+        return [{"role": "user", "content": "Flip."}]
+
+    def step(self, action):
+        paid = 0.0 if self.task % 2 == 0 else float(len(action) % 2)
+        return "ok", {"coin": paid}, True, {"success": paid > 0}
+'''
+
+
+def coin_config(tmp_path, max_tries: int):
+    (tmp_path / "envs").mkdir(exist_ok=True)
+    (tmp_path / "envs" / "coin.py").write_text(COIN_ENV)
+    cfg = tmp_path / "coin.yaml"
+    cfg.write_text(f"""model: {{name_or_path: tiny}}
+env: {{name: envs/coin.py:CoinEnv, max_episode_length: 1, num_tasks: 16}}
+data: {{eval_prompts: 0}}
+train: {{max_steps: 3, logging_steps: 1, save_steps: 3, max_seq_length: 64}}
+grpo: {{group_size: 4, batch_size: 4, num_substeps: 1, ppo_epochs: 1, max_tokens: 3, dynamic_sampling: true,
+       dynamic_sampling_max_tries: {max_tries}}}
+monitor: {{truncated_warn: 1.0, log_completions: -1}}
+hw: {{cpu_threads: 1}}
+""")
+    return cfg
+
+
+def test_dynamic_sampling_refills_constant_groups(tmp_path):
+    """Half the tasks give constant groups: dynamic sampling samples again until each update holds
+    grpo.batch_size groups with signal, and every update trains a full batch."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", coin_config(tmp_path, 6), f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    print([(r["dynamic/tries"], r["dynamic/kept_groups"]) for r in rows])
+    assert any(r["dynamic/tries"] > 1 for r in rows), rows  # refills happened
+    assert all(r["dynamic/kept_groups"] == 4 for r in rows), rows  # and found the step's 4 groups with signal
+    assert [r["episodes"] for r in rows] == [16, 32, 48]  # every update trained a full batch of 4 x 4 episodes
+    eps = read_jsonl(out / "completions.jsonl")
+    steps = {}
+    for e in eps:
+        steps.setdefault(e["step"], []).append(e)
+    assert all(len(v) == 16 for v in steps.values()) and len(steps) == 3
+    # the trained groups carry signal: within each group of 4 consecutive episodes the returns differ
+    for v in steps.values():
+        for k in range(0, 16, 4):
+            assert len({e["return"] for e in v[k:k + 4]}) > 1, v[k:k + 4]
+
+
+def test_dynamic_sampling_out_of_tries_trains_on_what_it_has(tmp_path):
+    """One try allowed: a step short of groups with signal trains a full batch anyway, constant groups filling
+    the rest, and says so once."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", coin_config(tmp_path, 1), f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert all(r["dynamic/tries"] == 1 for r in rows) and [r["episodes"] for r in rows] == [16, 32, 48]
+    assert any(r["dynamic/kept_groups"] < 4 for r in rows), rows
+    said = [line for line in (res.stdout + res.stderr).splitlines() if "dynamic sampling:" in line]
+    assert len(said) == 1 and "grpo.dynamic_sampling_max_tries" in said[0], said

@@ -141,3 +141,22 @@ def test_summary_eval_start_and_end_and_resume_keeps_the_start(tmp_path):
                   "train.max_steps=1", "data.eval_prompts=0")
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "noeval" / "summary.json").read_text())["eval"] == {}
+
+
+def test_truncation_rule_fires_once_and_overlong_penalty_reads_token_counts(tmp_path):
+    """grpo.max_tokens=2: every completion is cut, so frac_truncated is 1, the `truncated` rule says so in one
+    console line naming the key, and overlong_penalty (from the sampler's token counts) gives each -1."""
+    out = tmp_path / "run"
+    cfg = tmp_path / "overlong.yaml"
+    cfg.write_text("rewards:\n  - fn: char_fraction\n  - fn: overlong_penalty\n    weight: 0.0\n"
+                   "    kwargs: {buffer: 1}\n")
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, "-c", cfg, f"train.output_dir={out}",
+                  "train.max_steps=3", "grpo.max_tokens=2", "monitor.truncated_warn=0.5")  # the demo turns it off
+    assert res.returncode == 0, res.stderr[-3000:]
+    said = [line for line in (res.stdout + res.stderr).splitlines() if "frac_truncated" in line]
+    assert len(said) == 1 and "grpo.max_tokens" in said[0] and "overlong_penalty" in said[0], said
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["frac_truncated"] for r in rows] == [1.0, 1.0, 1.0]
+    assert all(r["rewards/overlong_penalty/mean"] == -1.0 for r in rows), rows
+    fired = [h for h in read_jsonl(out / "health.jsonl") if h["rule"] == "truncated"]
+    assert [h["step"] for h in fired] == [1, 2, 3] and fired[0]["threshold"] == 0.5

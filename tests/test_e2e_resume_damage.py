@@ -141,3 +141,22 @@ def test_rs_sft_resume_of_a_finished_run_keeps_its_summary(tmp_path):
     res = run_cli(*args, "--resume")
     assert res.returncode == 2 and "nothing left to do" in res.stderr, res.stderr[-3000:]
     assert _snapshot(out) == before  # still "finished", not "failed at step 0"
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]", '{"round_steps": {"1": "three"}}'])
+def test_rs_sft_resume_with_damaged_rounds_json_is_one_line(tmp_path, damage):
+    """rounds.json holds the finished rounds' optimizer steps: damaged, a resume says so in one line (exit 2) and
+    trains nothing, instead of a traceback."""
+    out = tmp_path / "run"
+    args = ["train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml",
+            f"train.output_dir={out}", "data.max_samples=8", "data.eval_prompts=0", "train.num_train_epochs=1",
+            "train.per_device_train_batch_size=8", "rs_sft.rounds=2"]
+    res = run_cli(*args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    shutil.rmtree(out / "final")  # as if killed while training round 2
+    (out / "rounds.json").write_text(damage)
+    res = run_cli(*args, "--resume")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "rounds.json" in errors[0] and "--overwrite" in errors[0], res.stderr[-2000:]
+    assert not (out / "final").exists()

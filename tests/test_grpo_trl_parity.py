@@ -14,7 +14,7 @@ def _cfg(*overrides):
                                            *overrides])[0]
 
 
-def _trainer(cls, tmp_path, name, **extra):
+def _trainer(cls, tmp_path, name, scale_rewards="group", **extra):
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
@@ -26,7 +26,7 @@ def _trainer(cls, tmp_path, name, **extra):
     path = ensure_tiny_model()
     args = GRPOConfig(output_dir=str(tmp_path / name), use_cpu=True, bf16=False, per_device_train_batch_size=8,
                       num_generations=4, max_completion_length=8, max_steps=1, report_to="none", beta=0.0,
-                      scale_rewards="group", seed=0)
+                      scale_rewards=scale_rewards, seed=0)
     return cls(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=char_fraction, args=args,
                train_dataset=Dataset.from_list(demo_prompts(8)), processing_class=AutoTokenizer.from_pretrained(path),
                peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]), **extra)
@@ -42,6 +42,27 @@ def test_group_mean_std_matches_stock_trl(tmp_path):
     ours = _trainer(RlftGRPOTrainer, tmp_path, "rlft", cfg=_cfg("grpo.baseline_mode=group_mean_std"))
     rows = demo_prompts(2)
     batch = [dict(r) for r in rows for _ in range(4)]
+    results = []
+    for trainer in (stock, ours):
+        trainer.model.train()
+        torch.manual_seed(123)
+        results.append(trainer._generate_and_score_completions([dict(b) for b in batch]))
+    assert torch.equal(results[0]["completion_ids"], results[1]["completion_ids"])  # same batch
+    assert results[0]["advantages"].abs().sum() > 0
+    torch.testing.assert_close(results[1]["advantages"], results[0]["advantages"], rtol=0, atol=1e-6)
+
+
+def test_group_mean_batch_std_matches_stock_trl_batch_scaling(tmp_path):
+    """LitePPO's baseline (`group_mean_batch_std`) is TRL's scale_rewards="batch"."""
+    from trl import GRPOTrainer
+
+    from rlft.demo import demo_prompts
+    from rlft.trainers.grpo import RlftGRPOTrainer
+
+    stock = _trainer(GRPOTrainer, tmp_path, "stock", scale_rewards="batch")
+    ours = _trainer(RlftGRPOTrainer, tmp_path, "rlft", scale_rewards="batch",
+                    cfg=_cfg("grpo.baseline_mode=group_mean_batch_std"))
+    batch = [dict(r) for r in demo_prompts(2) for _ in range(4)]
     results = []
     for trainer in (stock, ours):
         trainer.model.train()

@@ -39,7 +39,32 @@ def test_stages_without_eval_neither_warn_nor_break_the_chain():
 
 def test_different_eval_sets_are_not_compared_across_stages():
     records = [record(1, "orpo", 0.1, 0.9, eval_set="abc"), record(2, "grpo", 0.2, 0.4, eval_set="xyz")]
-    assert stage_warnings(records) == [[], []]
+    assert stage_warnings(records) == [[], ["stage orpo and stage grpo evaluate different prompts or rewards: "
+                                            "not comparable"]]
+
+
+def sampling(n, tokens, temperature, **more):
+    return {"n": n, "max_new_tokens": tokens, "temperature": temperature, "top_p": 1.0, "greedy": False,
+            "chat_template": "auto", "seed_offset": 7919, "pass_threshold": 1.0, **more}
+
+
+def test_stages_sampling_their_evals_differently_are_named_not_comparable():
+    records = [record(1, "orpo", 0.1, 0.9, eval_set="abc", sampling=sampling(4, 64, 1.0)),
+               record(2, "grpo", 0.2, 0.4, eval_set="xyz", sampling=sampling(8, 24, 0.7))]
+    warnings = stage_warnings(records)
+    assert warnings[0] == []
+    assert warnings[1] == ["stage orpo evaluates 4 samples of ≤64 tokens at T=1.0; stage grpo 8 samples of ≤24 "
+                           "tokens at T=0.7: not comparable (they differ in eval.n, eval.max_new_tokens, "
+                           "eval.temperature; set `eval:` once in the pipeline's defaults)"]
+    assert "ended below the stage before" not in format_table(records)  # 0.4 < 0.9, but not comparable
+
+
+def test_greedy_and_pass_threshold_differences_are_named():
+    records = [record(1, "awr", 0.1, 0.9, eval_set="a", sampling=sampling(1, 24, 1.0, greedy=True)),
+               record(2, "grpo", 0.2, 0.95, eval_set="b", sampling=sampling(1, 24, 1.0, pass_threshold=0.5))]
+    (line,) = stage_warnings(records)[1]
+    assert "stage awr evaluates 1 sample of ≤24 tokens greedy; stage grpo 1 sample of ≤24 tokens at T=1.0" in line
+    assert "eval.greedy, eval.pass_threshold" in line
 
 
 def test_records_get_eval_start_end_and_warnings():
@@ -80,6 +105,37 @@ def test_pipeline_demo_reports_each_stages_eval(tmp_path):
                                                   ("3", "grpo", "finished")]
     for r, s in zip(rows, stages):
         assert f"{s['eval_start']:.4g} -> {s['eval_end']:.4g}" in " ".join(r)
+
+
+@pytest.mark.e2e
+def test_stages_evaluating_differently_are_not_compared_and_the_report_draws_one_curve(tmp_path):
+    """The demo in miniature with its last stage's eval sampled otherwise than the shared `eval:`: the table names
+    both settings instead of comparing, and `rlft report` on the pipeline folder draws the eval curve across the
+    stages beside the per-stage graphs."""
+    res = run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", "stages.1.train.max_steps=2",
+                  "stages.2.awr.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
+                  "stages.3.train.max_steps=2", "data.eval_prompts=4", "stages.3.eval.samples_per_prompt=2",
+                  "stages.3.eval.temperature=1.0", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    root = tmp_path / "runs" / "pipeline_demo"
+    stages = json.loads((root / "pipeline_summary.json").read_text())["stages"]
+    assert stages[0]["eval"]["end"]["eval_set"] == stages[1]["eval"]["end"]["eval_set"]  # the shared eval: settings
+    assert stages[1]["eval"]["end"]["eval_set"] != stages[2]["eval"]["end"]["eval_set"]
+    assert not any("not comparable" in w for w in stages[1]["warnings"])
+    expected = ("stage awr evaluates 8 samples of ≤16 tokens at T=0.6; stage grpo 2 samples of ≤16 tokens at T=1.0: "
+                "not comparable (they differ in eval.n, eval.temperature")
+    assert any(w.startswith(expected) for w in stages[2]["warnings"]), stages[2]["warnings"]
+    assert f"warning: {expected}" in res.stderr
+    assert not any("ended below the stage before" in w for w in stages[2]["warnings"])
+
+    report = run_cli("report", root, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-3000:]
+    page = (root / "report" / "index.html").read_text()
+    assert "<h2>Pipeline</h2>" in page and "id='graph-pipeline_eval'" in page
+    assert "the stages evaluate differently" in page  # said beside the curve, as the table says it
+    assert (root / "report" / "graphs" / "pipeline_eval.png").stat().st_size > 1000
+    for label in ("1-orpo", "2-awr", "3-grpo"):  # each stage's own run on the overlaid graphs
+        assert label in page
 
 
 BAD_EVALS = [[1, 2], "0.5", 3, True, {"start": [1], "end": "x"}, {"start": {"reward_mean": "high"}, "end": {

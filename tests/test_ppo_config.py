@@ -17,6 +17,8 @@ def run(*args):
     ("ppo.value_model=separate", "ppo.value_model", "not built yet"),
     ("ppo.kl_penalty=k3", "ppo.kl_penalty", "not allowed"),
     ("train.gradient_accumulation_steps=3", "train.gradient_accumulation_steps", "must divide ppo.batch_size"),
+    ("ppo.critic_warmup=-1", "ppo.critic_warmup", "out of range"),
+    ("ppo.value_init=mean", "ppo.value_init", "not allowed"),
 ])
 def test_bad_ppo_input_exits_2(override, key, words):
     res = run(override)
@@ -78,3 +80,13 @@ def test_max_steps_is_flagged_for_ppo():
     res = run("train.max_steps=10")
     assert res.exit_code == 0 and "warning: train.max_steps (command line)" in res.stderr
     assert "ppo.num_episodes" in res.stderr
+
+
+def test_critic_warmup_must_leave_policy_updates():
+    """The profile's 50000 episodes / 16 = 3125 updates: a warm-up as long as the run never trains the policy."""
+    res = run("ppo.num_episodes=64", "ppo.critic_warmup=4")
+    assert res.exit_code == 2 and "error: ppo.critic_warmup (command line)" in res.stderr
+    assert "must be below the run's 4 update(s)" in res.stderr
+    assert run("ppo.num_episodes=64", "ppo.critic_warmup=3").exit_code == 0
+    res = run("ppo.critic_warmup=2", "ppo.vf_coef=0")
+    assert res.exit_code == 0 and "warning: ppo.critic_warmup" in res.stderr and "train nothing" in res.stderr

@@ -26,6 +26,10 @@ def test_names_match_the_registries_trainers_look_pieces_up_in():
     # validate-config's `trl:` checks read which losses clip (rlft/stages/grpo/spec.py's trl_checks)
     assert names.CLIPPED_POLICY_LOSSES == tuple(n for n in POLICY_LOSSES.names() if POLICY_LOSSES.get(n).clipped)
     assert names.ADVANTAGE_ESTIMATORS == ADVANTAGE_ESTIMATORS.names()
+    from rlft.algos import IS_LEVELS, LOSS_AGGREGATIONS
+
+    assert names.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS.names()
+    assert names.IS_LEVELS == IS_LEVELS
 
 
 def test_env_names_match_the_registry_and_the_static_table():
@@ -45,4 +49,6 @@ def test_the_schema_allows_exactly_those_names():
     assert tuple(specs["rs_sft.keep"].choices) == names.KEEP_RULES
     assert tuple(specs["data.too_long"].choices) == names.TOO_LONG_MODES
     assert tuple(specs["grpo.loss_fn"].choices) == names.POLICY_LOSSES
+    assert tuple(specs["grpo.loss_agg"].choices) == names.LOSS_AGGREGATIONS
+    assert tuple(specs["grpo.is_level"].choices) == names.IS_LEVELS
     assert all(n in specs["grpo.baseline_mode"].help for n in names.GRPO_BASELINES)

@@ -149,6 +149,7 @@ def test_builtin_registry_lists_all():
         "numeric_match",
         "json_valid",
         "length_penalty",
+        "overlong_penalty",
         "char_fraction",
     }
 

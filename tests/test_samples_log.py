@@ -44,3 +44,26 @@ def test_duplicate_prompt_last_copy_wins(tmp_path):
     log.append(_rows(1, 0, total=0.7))
     assert [r["total"] for r in log.round_rows(1)] == [0.7, 0.7]
     assert log.prompts_done(1) == 1
+
+
+def test_damaged_rows_drop_like_a_cut_line(tmp_path):
+    """Rows of the wrong shape (not an object, a missing or non-integer id, a text total) are skipped on reading:
+    their prompt counts as unsampled and is sampled again, never a KeyError or TypeError."""
+    log = SamplesLog(tmp_path / "samples.jsonl", samples_per_prompt=2)
+    log.append(_rows(1, 0) + _rows(1, 1))
+    bad = _rows(1, 2)
+    with open(log.path, "a") as f:
+        for row in ([1, 2], {**bad[0], "prompt_id": "2"}, {**bad[1], "total": "high"}, {"round": 1}, "text", None):
+            f.write(json.dumps(row) + "\n")
+    assert log.prompts_done(1) == 2 and len(log.round_rows(1)) == 4
+
+
+def test_rounds_state_problem_names_what_is_wrong():
+    from rlft.stages.sampled_sft import rounds_state_problem
+
+    assert rounds_state_problem({}) is None
+    assert rounds_state_problem({"eval_start": {"reward_mean": 0.1}, "round_steps": {"1": 3, "2": 0}}) is None
+    assert "not an object" in rounds_state_problem([1])
+    assert "eval_start" in rounds_state_problem({"eval_start": 0.5})
+    for steps in ({"1": "3"}, {"one": 3}, {"1": -1}, {"1": True}, [3]):
+        assert "round_steps" in rounds_state_problem({"round_steps": steps}), steps

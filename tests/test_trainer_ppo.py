@@ -105,3 +105,50 @@ def test_a_minibatch_selects_rows_of_every_per_row_field():
     assert torch.equal(mb.logp_sampler_BT, batch.logp_sampler_BT[[3, 1]])
     assert mb.rows == [{"i": 3}, {"i": 1}] and mb.episodes == ["d", "b"]
     assert mb.returns_BT is None and mb.rollouts is None and mb.metrics == {}  # the update's own records stay behind
+
+
+def _snapshot(params):
+    return [q.detach().clone() for q in params]
+
+
+def test_a_critic_warmup_update_trains_the_value_head_alone(tmp_path):
+    """ppo.critic_warmup=1: the first update moves the value head, not the policy (LoRA), and leaves the policy's
+    optimizer state empty; the next update trains both."""
+    trainer = _trainer(tmp_path, "ppo.critic_warmup=1", "ppo.ent_coef=0.01")
+    head = list(trainer.model.value_head.parameters())
+    policy = trainer._policy_params()
+    assert policy and head and not {id(q) for q in policy} & {id(q) for q in head}
+    before_policy, before_head = _snapshot(policy), _snapshot(head)
+    assert trainer.critic_warming_up
+    trainer.optimize(trainer.rollout(0))
+    assert all(torch.equal(a, q) for a, q in zip(before_policy, policy))
+    assert any(not torch.equal(a, q) for a, q in zip(before_head, head))
+    assert all(not trainer.optimizer.state.get(q) for q in policy)  # no moment estimates from the value loss
+    assert all(trainer.optimizer.state.get(q) for q in head)
+    trainer.state.global_step = 1
+    assert not trainer.critic_warming_up
+    trainer.optimize(trainer.rollout(1))
+    assert any(not torch.equal(a, q) for a, q in zip(before_policy, policy))
+
+
+def test_value_init_sets_the_bias_to_the_first_batch_mean_return(tmp_path):
+    """ppo.value_init=first_batch_mean: update 0 sets the head's bias to the batch's mean discounted return, the
+    batch's values shifted with it (as a fresh forward pass gives them); later updates leave it to training."""
+    trainer = _trainer(tmp_path, "ppo.value_init=first_batch_mean", "ppo.init_kl_coef=0", "ppo.gamma=1.0")
+    with torch.no_grad():
+        trainer.model.value_head.bias.fill_(3.0)  # not the target: the bias is set, not added to
+    batch = trainer.rollout(0)
+    bias = float(trainer.model.value_head.bias.detach())
+    mask = batch.mask_BT
+    scores = torch.tensor([t for t in batch.scores.total])
+    # gamma 1, no KL: every action token's target is its episode's score; tokens weigh by completion length
+    want = float((scores * mask.sum(1)).sum() / mask.sum())
+    assert bias == pytest.approx(want, abs=1e-5)
+    with torch.no_grad():
+        _, values, _, _ = trainer._forward(trainer.model, batch)
+    assert torch.allclose(values * mask, batch.values_old_BT, atol=1e-5)
+    trainer.optimize(batch)
+    trainer.state.global_step = 1
+    moved = float(trainer.model.value_head.bias.detach())
+    trainer.rollout(1)
+    assert float(trainer.model.value_head.bias.detach()) == moved

@@ -121,6 +121,19 @@ def _group_mean_std(
     return ((r - mean) / (std + eps)).reshape(-1)
 
 
+@register_baseline("group_mean_batch_std")
+def _group_mean_batch_std(
+    rewards_PG: Tensor, group_size: int, valid_PG: Tensor, eps: float = 1e-4
+) -> Tensor:
+    """(r - mean(group)) / (unbiased std of the batch's valid rewards + eps): LitePPO's "group mean, batch std"
+    (Liu et al. 2025), TRL GRPOTrainer's ``scale_rewards="batch"``; robust where a group's std is ~0."""
+    v = valid_PG.to(rewards_PG.dtype)
+    n = v.sum()
+    mean = (rewards_PG * v).sum() / n.clamp_min(1)
+    std = ((((rewards_PG - mean) * v) ** 2).sum() / (n - 1).clamp_min(1)).sqrt()
+    return _group_mean(rewards_PG, group_size, valid_PG) / (std + eps)
+
+
 @register_baseline("global_mean")
 def _global_mean(rewards_PG: Tensor, group_size: int, valid_PG: Tensor) -> Tensor:
     """r - mean(all valid rewards): ignores prompt difficulty, kept for ablations."""
@@ -154,12 +167,12 @@ def group_advantages(
     """Advantages for flat, group-ordered ``rewards``; invalid entries get 0.
 
     ``baseline_mode`` is a name in ``BASELINE_MODES`` or ``"pkg.module:function"``.
-    ``eps`` only affects ``group_mean_std``.
+    ``eps`` only affects ``group_mean_std`` and ``group_mean_batch_std``.
     """
     valid_PG = _check(rewards, group_size, valid)
     fn = get_baseline(baseline_mode)
     rewards_PG = torch.where(valid_PG, rewards, torch.zeros_like(rewards))  # NaNs never enter the math
-    if fn is _group_mean_std:
+    if fn is _group_mean_std or fn is _group_mean_batch_std:
         adv_PG = fn(rewards_PG, group_size, valid_PG, eps=eps)
     else:
         adv_PG = fn(rewards_PG, group_size, valid_PG)

@@ -122,6 +122,19 @@ def gae(rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float, la
     return adv_BT, (adv_BT + values_BT) * m_BT
 
 
+def value_bias_from_returns(rewards_BT: Tensor, mask_BT: Tensor, gamma: float) -> float:
+    """The value head's starting bias: the mean over action tokens of the discounted reward-to-go
+    G_t = sum_k gamma^k r_{t+k} (over later action tokens; masked tokens skipped, as `gae` skips them).
+
+    Why: a head that starts at 0 under a policy that already earns a return R makes every token's TD error
+    carry R, so lambda-GAE hands the late tokens of a successful answer more advantage than the early ones,
+    and whitening turns the early ones negative. Starting the head at the batch's mean target removes that
+    bias: when every episode earns the same return, every advantage starts near 0."""
+    zeros_BT = torch.zeros_like(rewards_BT)
+    _, returns_BT = gae(rewards_BT, zeros_BT, mask_BT, gamma, 1.0)  # lambda 1, V 0: the Monte Carlo returns
+    return float(masked_mean(returns_BT, mask_BT))
+
+
 def clipped_value_loss(values_BT: Tensor, values_old_BT: Tensor, returns_BT: Tensor, mask_BT: Tensor,
                        clip_range_value: float) -> tuple[Tensor, dict]:
     """0.5 * mean_m max((V - G)^2, (clip(V, V_old +- eps_v) - G)^2); metric ``value_clipfrac``."""
@@ -143,13 +156,17 @@ def entropy_from_logits(logits_BTV: Tensor) -> Tensor:
 def ppo_loss(logp_BT: Tensor, logp_old_BT: Tensor, adv_BT: Tensor, values_BT: Tensor, values_old_BT: Tensor,
              returns_BT: Tensor, entropy_BT: Tensor, mask_BT: Tensor, *, clip_range: float,
              clip_range_value: float, vf_coef: float, ent_coef: float,
-             policy_loss: str = "ppo", clip_ratio_c: float | None = None) -> tuple[Tensor, dict]:
+             policy_loss: str = "ppo", clip_ratio_c: float | None = None,
+             train_policy: bool = True) -> tuple[Tensor, dict]:
     """Total PPO loss = policy loss (`policy_loss` in POLICY_LOSSES: the clipped surrogate, dual-clipped at
-    `clip_ratio_c` when set) + vf_coef * clipped value loss - ent_coef * entropy."""
+    `clip_ratio_c` when set) + vf_coef * clipped value loss - ent_coef * entropy.
+
+    `train_policy=False` (a critic warm-up update): the loss is the value term alone; the policy loss and the
+    entropy are still reported, so a warm-up row reads like any other."""
     pg, pg_m = POLICY_LOSSES.get(policy_loss)(logp_BT, logp_old_BT, adv_BT, mask_BT, clip_range, clip_ratio_c)
     vf, vf_m = clipped_value_loss(values_BT, values_old_BT, returns_BT, mask_BT, clip_range_value)
     ent = masked_mean(entropy_BT, mask_BT)
-    loss = pg + vf_coef * vf - ent_coef * ent
+    loss = pg + vf_coef * vf - ent_coef * ent if train_policy else vf_coef * vf
     return loss, {"policy_loss": float(pg.detach()), "value_loss": float(vf.detach()),
                   "entropy": float(ent.detach()), **pg_m, **vf_m}
 

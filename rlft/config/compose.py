@@ -426,8 +426,11 @@ def anchor_paths(data: dict, base_dir: Path) -> None:
             v = node[key]
             if v.startswith(("./", "../", "~")) or (base_dir / v).exists():
                 node[key] = _anchored(v, base_dir)
-    rewards = data.get("rewards")
-    if isinstance(rewards, list):
+    eval_section = data.get("eval")
+    eval_rewards = eval_section.get("rewards") if isinstance(eval_section, dict) else None
+    for rewards in (data.get("rewards"), eval_rewards):  # eval-only rewards name their files alike
+        if not isinstance(rewards, list):
+            continue
         for item in rewards:
             if isinstance(item, dict) and local(item.get("fn")):
                 module, sep, fn = item["fn"].rpartition(":")

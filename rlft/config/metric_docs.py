@@ -51,6 +51,10 @@ ONLINE: dict[str, Doc] = {
                            "`kl_sample_train_v1`); ≥ 0", NATS_TOKEN),
     "frac_unscored": ("share of the sampled completions without a total reward (a weighted reward failed or "
                       "returned None); they take no part in the advantages", FRACTION),
+    "frac_truncated": ("share of the sampled completions that reached the stage's `max_tokens` without ending (no "
+                       "EOS); with `env.name`, of the sampled turns (grpo: TRL's `completions/clipped_ratio`; "
+                       "rs_sft/awr: of the round's samples). High: raise max_tokens or add `overlong_penalty`",
+                       FRACTION),
     "reward_version": ("version of the reward functions that scored the step: 1, plus one per accepted "
                        "`monitor.reward_hot_reload` change (ppo: null when hot reload is off)", COUNT),
     "generation": ("which sampled batch the optimizer step trained on, counted from 1 (several steps train on one "
@@ -106,6 +110,8 @@ PPO: dict[str, Doc] = {
                    "the policy and the reference", NATS_TOKEN),
     "return_scale": ("the divisor of every reward: the running standard deviation of episode returns, at least 1 "
                      "(`ppo.scale_returns`)", REWARD),
+    "critic_warmup": ("1 on an update that trained only the value head (`ppo.critic_warmup`), 0 after; absent "
+                      "when the warm-up is off", ONE),
     "episodes": ("episodes trained so far: updates × `ppo.batch_size`", COUNT),
 }
 
@@ -172,8 +178,8 @@ STAGE_METRICS: dict[str, dict[str, Doc]] = {
                    "0 unless every reward failed) of the step's sampled completions; with `env.name`, the mean "
                    "episode return", REWARD),
         "loss": ("TRL's GRPO loss: the `grpo.loss_fn` policy term (ratio × advantage, averaged over completion "
-                 "tokens as TRL's loss_type does) plus β·k3 KL with `kl_penalty_mode: loss`; over episodes, rlft's "
-                 "clipped surrogate", ONE),
+                 "tokens as `grpo.loss_agg` says) plus β·k3 KL with `kl_penalty_mode: loss`; over episodes, the same "
+                 "policy term computed by rlft", ONE),
         "num_tokens": ("TRL: prompt and completion tokens sampled so far (all processes)", TOKENS),
     },
     "ppo": {
@@ -232,8 +238,12 @@ PATTERNS: dict[str, Doc] = {
     "rewards/<name>/std": ("standard deviation of reward `<name>` over the completions it scored", REWARD),
     "rewards/<name>/errors": ("completions reward `<name>` left unscored (raised, timed out or returned None) this "
                               "step, summed over processes; 0 on steps without errors", COUNT),
-    "eval_reward": ("evaluation row (`eval.every`): mean total reward of fresh samples on the evaluation prompts",
-                    REWARD),
+    "eval_reward": ("evaluation row (`grpo.eval_every`, `ppo.eval_interval`): mean total reward of fresh samples on "
+                    "the evaluation prompts (mean@n over `eval.samples_per_prompt` samples each)", REWARD),
+    "eval_pass_at_k": ("evaluation row: pass@n, share of evaluation prompts with at least one sample whose total "
+                       "reward reaches `eval.pass_threshold`", FRACTION),
+    "eval_prompt_std": ("evaluation row: standard deviation over the evaluation prompts of each prompt's mean total "
+                        "reward (how unevenly the policy does across prompts)", REWARD),
     "eval_rewards/<name>": ("evaluation row: mean score of reward `<name>` on those samples", REWARD),
     "eval_success_rate": ("evaluation row with `env.name`: share of evaluation episodes that succeeded", FRACTION),
 }
@@ -242,6 +252,11 @@ PATTERNS: dict[str, Doc] = {
 CONDITIONAL: dict[str, Doc] = {
     "groups_removed": ("grpo with `remove_constant_reward_groups`: prompt groups left out of the loss this step "
                        "(constant rewards)", COUNT),
+    "dynamic/tries": ("grpo with `dynamic_sampling`: samplings this step took to find its groups with signal (1 = "
+                      "the first sufficed; at most `dynamic_sampling_max_tries`)", COUNT),
+    "dynamic/kept_groups": ("grpo with `dynamic_sampling`: groups with non-constant returns the step trains on, over "
+                            "all processes (below `batch_size`: the tries ran out, constant groups fill the rest)",
+                            COUNT),
     "clipfrac_lower": ("ppo with `clip_ratio_c` (dual clip): share of action tokens capped at −A·c", FRACTION),
     "episode_return": ("with `env.name`: mean episode return (sum of the turns' rewards)", REWARD),
     "episode_return_std": ("with `env.name`: standard deviation of the episode returns", REWARD),

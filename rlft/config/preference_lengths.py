@@ -7,7 +7,8 @@
   effective max_length is an error. Left to rlft's profiles (the stage profile's 2048 tokens beside the cpu
   profile's max_seq_length of 512), it becomes half the effective max_length, with a warning: the shipped
   combination stays runnable and says what it uses.
-- The eval's answer budget is `<stage>.eval_max_new_tokens`, or, when null, the longest chosen answer of the
+- The eval's answer budget is `eval.max_new_tokens` (the budget every stage's eval shares), else
+  `<stage>.eval_max_new_tokens`, or, when both are null, the longest chosen answer of the
   preference data the eval prompts come from (as training tokenizes it), at most the effective max_length.
   It never comes from max_length - max_prompt_length, which can leave a single token.
 """
@@ -67,11 +68,13 @@ def check_prompt_length(c: Any, section: str, get: Callable[[str], Any], problem
 
 
 def eval_budget(cfg: Any, longest_answer: int | None, measured: str) -> tuple[int, str]:
-    """(new tokens, why in words) of the preference eval's samples: `<stage>.eval_max_new_tokens`, else
-    `longest_answer` (the longest chosen answer in tokens, `measured` says of what) capped by the effective
-    max_length; DEFAULT_EVAL_TOKENS when it could not be measured (None)."""
+    """(new tokens, why in words) of the preference eval's samples: `eval.max_new_tokens`, else
+    `<stage>.eval_max_new_tokens`, else `longest_answer` (the longest chosen answer in tokens, `measured` says of
+    what) capped by the effective max_length; DEFAULT_EVAL_TOKENS when it could not be measured (None)."""
     s = cfg.stage
     sec = getattr(cfg, s)
+    if cfg.eval.max_new_tokens is not None:
+        return cfg.eval.max_new_tokens, "eval.max_new_tokens"
     if sec.eval_max_new_tokens is not None:
         return sec.eval_max_new_tokens, f"{s}.eval_max_new_tokens"
     limit = effective_max_length(sec.max_length, cfg.train.max_seq_length)
@@ -95,7 +98,9 @@ def explain(cfg: Any) -> list[str]:
              f"keep their last {sec.max_prompt_length} tokens ({s}.max_prompt_length), so an answer keeps at least "
              f"{max(0, limit - sec.max_prompt_length)} tokens in training"]
     source = "data.eval" if cfg.data.eval else "data.train"
-    if sec.eval_max_new_tokens is not None:
+    if cfg.eval.max_new_tokens is not None:
+        budget = f"answers of up to {cfg.eval.max_new_tokens} new tokens (eval.max_new_tokens)"
+    elif sec.eval_max_new_tokens is not None:
         budget = f"answers of up to {sec.eval_max_new_tokens} new tokens ({s}.eval_max_new_tokens)"
     else:
         budget = (f"answers of up to the longest chosen answer of the first {ANSWER_ROWS} pairs of {source} in tokens, "

@@ -115,6 +115,9 @@ class DataConfig:
     chat_template: str = F("auto", "Plain-text prompts (and preference answers) through the tokenizer's chat template: "
                                    "auto = when the tokenizer has one, always = required, never = raw text. Message "
                                    "lists are always templated.", choices=["auto", "always", "never"])
+    chat_template_kwargs: dict = F(help="Variables for the chat template, passed to every apply_chat_template call "
+                                        "(prompts rlft renders, TRL's trainers, episodes, evaluation), e.g. "
+                                        "`{enable_thinking: false}` for a template that reads it.", factory=dict)
     strict: bool = F(False, "Reject (instead of skip) empty or identical preference pairs.")
     max_samples: Optional[int] = F(None, "Cap on training rows (null = all).", ge=1)
     too_long: str = F("truncate", "Sampling stages: prompts longer than train.max_seq_length minus the stage's "
@@ -135,6 +138,32 @@ class RewardConfig:
     timeout_s: Optional[float] = F(30.0, "Seconds one call (one batch of completions) may run before those completions "
                                          "get no score (counted as errors); null = no limit, called in the main "
                                          "thread.", gt=0)
+
+
+@dataclass
+class EvalConfig:
+    samples_per_prompt: Optional[int] = F(None, "Completions sampled per evaluation prompt; null = the stage's own "
+                                                "(GRPO: group_size, RS-SFT/AWR: num_samples_per_prompt, PPO: 1, "
+                                                "DPO/ORPO: 4). With n > 1 the eval reports mean@n and pass@n.",
+                                          ge=1, le=1024)
+    greedy: bool = F(False, "Greedy decoding (the most likely token each step) instead of sampling: one completion "
+                            "per prompt, so eval.samples_per_prompt must be 1 or null.")
+    max_new_tokens: Optional[int] = F(None, "Longest evaluation completion in tokens; null = the stage's own "
+                                            "(<stage>.max_tokens; DPO/ORPO: <stage>.eval_max_new_tokens or the "
+                                            "longest chosen answer).", ge=1)
+    temperature: Optional[float] = F(None, "Evaluation sampling temperature; null = the stage's own (DPO/ORPO: "
+                                           "1.0).", gt=0, le=5)
+    top_p: Optional[float] = F(None, "Evaluation nucleus threshold; null = the stage's own (DPO/ORPO: "
+                                     "1.0).", gt=0, le=1)
+    pass_threshold: float = F(1.0, "A prompt passes (pass@n) when at least one of its samples has a total reward "
+                                   "(weighted sum of `rewards:`) of at least this.")
+    batch_size: Optional[int] = F(None, "Evaluation completions per generate call (whole prompts); null = the "
+                                        "stage's own. Which random draws a prompt gets depends on it: set it in a "
+                                        "pipeline for identical draws from identical weights (a stage's start equal "
+                                        "to the previous stage's end).", ge=1)
+    rewards: list[RewardConfig] = F(help="Extra reward functions scored on evaluation samples only (same form as "
+                                         "`rewards:`): reported per reward as eval_rewards/<name>, never in the "
+                                         "total, the training reward or pass@n.", factory=list)
 
 
 @dataclass
@@ -230,6 +259,9 @@ class MonitorConfig:
                                   "units, mean of the last 5 steps vs the first 5) while the held-out eval reward "
                                   "gained under a quarter of it warns (reward hacking or overfitting); 0 = off.",
                              ge=0)
+    truncated_warn: float = F(0.5, "Sampling stages: a share of completions (episodes: turns) above this that hit "
+                                   "the stage's max_tokens without ending (frac_truncated) warns: their endings "
+                                   "are cut, so rewards read unfinished answers; 1 = off.", ge=0, le=1)
     on_warning: str = F("warn", "Action for warning-level rules.", choices=ACTIONS)
     on_critical: str = F("stop", "Action for critical rules (NaN loss, exploding grads, KL blow-up).", choices=ACTIONS)
     on_entropy_collapse: str = F("warn", "Action when entropy falls below entropy_critical.", choices=ACTIONS)
@@ -260,6 +292,9 @@ def _config_class():
     ]
     stages = [(s.section, s.section_cls, F(help=s.section_help, factory=s.section_cls)) for s in stage_sections()]
     tail = [
+        ("eval", EvalConfig, F(help="How every sampling stage samples its evaluation (null keys: the stage's own "
+                                    "settings); one `eval:` in a pipeline's defaults makes the stages' numbers "
+                                    "comparable.", factory=EvalConfig)),
         ("env", EnvConfig, F(help="Environment for multi-turn (tool-use) episodes, used by PPO and "
                                   "GRPO.", factory=EnvConfig)),
         ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed "

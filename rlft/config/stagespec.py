@@ -30,11 +30,11 @@ PREFERENCE_METRICS = ("loss", "rewards/chosen", "rewards/rejected", "rewards/acc
                       "logps/chosen", "logps/rejected", "logits/chosen", "logits/rejected")
 # GRPO / PPO: each step's sampled batch; generation and reused_generation from rlft.monitor.metrics.generation_of,
 # reward_version from monitor.reward_hot_reload (rlft/rewards/reload.py)
-ONLINE_METRICS = ("frac_unscored", "reward_version", "generation", "reused_generation", "step_time")
+ONLINE_METRICS = ("frac_unscored", "frac_truncated", "reward_version", "generation", "reused_generation", "step_time")
 PREFERENCE_COLUMNS = ("data.prompt_column", "data.chosen_column", "data.rejected_column")
 # RS-SFT / AWR: each round's samples (rlft/stages/decide.py, rlft/stages/sampled_sft.py)
 SAMPLED_SFT_METRICS = ("round", "num_sampled", "sampled_reward_mean", "sampled_reward_std", "frac_unscored",
-                       "sampling/prompts_per_rank")
+                       "frac_truncated", "sampling/prompts_per_rank")
 SFT_TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"   # RS-SFT / AWR train with TRL's SFT config
 SFT_TRL_MODELED = (("max_length", "train.max_seq_length"),)
 

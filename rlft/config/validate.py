@@ -182,6 +182,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
             other.section_checks(checks)
     if spec.checks is not None:
         spec.checks(checks)
+    from rlft.config.eval_sampling import check_eval
+
+    check_eval(checks)
     if g("monitor.reward_hot_reload") is True and (not spec.reloads_rewards or g("env.name")):
         reloads = " and ".join(s.name.upper() for s in STAGE_SPECS.values() if s.reloads_rewards)
         err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of {reloads}; "
@@ -337,17 +340,18 @@ def _check_slurm(c: Composed, problems: list[Problem]) -> None:
 
 
 def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
-    rewards = c.data.get("rewards") or []
-    if not isinstance(rewards, list):
-        return
-    from rlft.rewards.registry import check_reward_spec, module_search_dir
+    for key in ("rewards", "eval.rewards"):  # the training rewards and the eval-only ones resolve alike
+        rewards = _get(c.data, key) or []
+        if not isinstance(rewards, list):
+            continue
+        from rlft.rewards.registry import check_reward_spec, module_search_dir
 
-    config_dir = c.dir_of("rewards")
-    for i, item in enumerate(rewards):
-        if isinstance(item, dict) and isinstance(item.get("fn"), str):
-            msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
-            if msg:
-                problems.append(Problem(f"rewards[{i}].fn", c.layer_of("rewards"), msg))
+        config_dir = c.dir_of(key)
+        for i, item in enumerate(rewards):
+            if isinstance(item, dict) and isinstance(item.get("fn"), str):
+                msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
+                if msg:
+                    problems.append(Problem(f"{key}[{i}].fn", c.layer_of(key), msg))
 
 
 def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:

@@ -15,9 +15,26 @@ from typing import Any
 
 from rlft.data.errors import DataError
 
-__all__ = ["CHAT_TEMPLATE_MODES", "decide", "describe", "prompt_messages", "preference_messages"]
+__all__ = ["CHAT_TEMPLATE_MODES", "bind_template_kwargs", "decide", "describe", "prompt_messages",
+           "preference_messages"]
 
 CHAT_TEMPLATE_MODES = ("auto", "always", "never")
+
+
+def bind_template_kwargs(tokenizer, kwargs: dict[str, Any] | None):
+    """The tokenizer, rendering every chat template with `kwargs` (`data.chat_template_kwargs`, e.g.
+    `{enable_thinking: false}`): the template variables reach every prompt rlft renders and every one TRL's
+    trainers render, since all of them call this tokenizer's `apply_chat_template` (a call's own keyword
+    arguments win). Bound on the instance as a partial of the class's method, so a deep copy (the async
+    sampler's own tokenizer) renders with its copy, not with this one."""
+    import functools
+
+    if not kwargs:
+        return tokenizer
+    kwargs = dict(kwargs)
+    tokenizer.apply_chat_template = functools.partial(type(tokenizer).apply_chat_template, tokenizer, **kwargs)
+    tokenizer.rlft_chat_template_kwargs = kwargs
+    return tokenizer
 
 
 def decide(mode: str, has_template: bool, model: str = "the model") -> bool:

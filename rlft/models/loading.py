@@ -63,7 +63,9 @@ def load_tokenizer(path: str, cfg: RlftConfig):
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
     if tok.pad_token is None:  # batching needs a pad token; eos is the usual stand-in
         tok.pad_token = tok.eos_token
-    return tok
+    from rlft.data.chat import bind_template_kwargs
+
+    return bind_template_kwargs(tok, cfg.data.chat_template_kwargs)
 
 
 def lora_config(cfg: RlftConfig, model=None):

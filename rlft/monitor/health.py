@@ -121,6 +121,17 @@ def _awr_ess(r: dict, m) -> list[Firing]:
     return []
 
 
+def _truncated(r: dict, m) -> list[Firing]:
+    frac = r.get("frac_truncated")
+    if not isinstance(frac, (int, float)) or _bad(frac) or frac <= m.truncated_warn:
+        return []
+    what = "turns" if "episode_return" in r else "completions"
+    key = f"{r['stage']}.max_tokens" if r.get("stage") else "max_tokens"  # every sampling stage names it so
+    return [Firing("truncated", "warning", "frac_truncated", frac, m.truncated_warn,
+                   f"{frac:.0%} of sampled {what} hit the token budget without ending: raise {key}, or add a length "
+                   f"penalty (the overlong_penalty reward)")]
+
+
 GAP_WINDOW = 5  # training steps averaged at each end for the train-up/eval-flat rule
 
 
@@ -148,6 +159,7 @@ RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "all_groups_constant": _all_groups_constant,
     "sampler_learner_mismatch": _sampler_learner_mismatch,
     "awr_ess": _awr_ess,
+    "truncated": _truncated,
 }
 
 

@@ -48,7 +48,7 @@ def generation_of(step: int, steps_per_generation: int) -> dict:
 
 # Measured once per generated batch; with num_substeps > 1 the later substeps train on the same
 # batch, so their records repeat its values rather than leaving gaps.
-BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "frac_reward_zero_std",
+BATCH_KEYS = ("reward", "reward_std", "frac_constant_groups", "frac_unscored", "frac_truncated", "frac_reward_zero_std",
               "completion_length", "kl_policy_ref", "kl_coef", "groups_removed", "reward_version",
               "async/staleness_mean", "async/staleness_max", "async/behaviour_weight_mean")
 
@@ -59,8 +59,12 @@ def _is_batch_key(key: str) -> bool:
 
 
 def eval_row(result: dict) -> dict:
-    """One evaluation during training as a metrics row: eval_reward, each reward's mean, an episode success rate."""
+    """One evaluation during training as a metrics row: eval_reward (mean@n), pass@n, the spread over prompts,
+    each reward's mean, an episode success rate."""
     logs = {"eval_reward": result.get("reward_mean")}
+    for key, name in (("pass_at_k", "eval_pass_at_k"), ("prompt_std", "eval_prompt_std")):
+        if result.get(key) is not None:
+            logs[name] = result[key]
     logs.update({f"eval_rewards/{k}": v for k, v in (result.get("per_reward") or {}).items()})
     if result.get("success_rate") is not None:
         logs["eval_success_rate"] = result["success_rate"]

@@ -84,9 +84,36 @@ def _eval_set(record: dict) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _sampling(record: dict) -> dict | None:
+    found = _mapping(_mapping(record.get("eval")).get("end")).get("sampling")
+    return found if isinstance(found, dict) else None
+
+
+def _label(record: dict) -> str:
+    return str(record.get("name") or record.get("stage"))
+
+
+def not_comparable(previous: dict, record: dict) -> str | None:
+    """Why two stages' eval numbers do not compare (None when they do, or when either has no digest): their
+    sampling settings in words when those differ, else that their prompts or rewards differ."""
+    from rlft.config.eval_sampling import describe, sampling_difference
+
+    a, b = _eval_set(previous), _eval_set(record)
+    if a is None or b is None or a == b:
+        return None
+    before, here = _sampling(previous), _sampling(record)
+    if before is not None and here is not None and sampling_difference(before, here):
+        keys = ", ".join(f"eval.{k}" for k in sampling_difference(before, here))
+        return (f"stage {_label(previous)} evaluates {describe(before)}; stage {_label(record)} {describe(here)}: "
+                f"not comparable (they differ in {keys}; set `eval:` once in the pipeline's defaults)")
+    return (f"stage {_label(previous)} and stage {_label(record)} evaluate different prompts or rewards: "
+            f"not comparable")
+
+
 def stage_warnings(records: list[dict]) -> list[list[str]]:
     """One list of warnings per record, in order. A stage ends below its own start, or below the previous
-    stage's end when both measured the same prompts with the same rewards (different sets do not compare)."""
+    stage's end when both measured the same prompts with the same rewards and sampling settings; when they did not,
+    the warning says so and names the difference instead of comparing."""
     out: list[list[str]] = []
     previous: dict | None = None
     for record in records:
@@ -96,8 +123,10 @@ def stage_warnings(records: list[dict]) -> list[list[str]]:
             warnings.append(f"eval reward fell within the stage: {start:.4g} at the start, {end:.4g} at the end")
         if previous is not None and end is not None:
             before = eval_numbers(previous)[1]
-            same = _eval_set(previous) is None or _eval_set(record) is None or _eval_set(previous) == _eval_set(record)
-            if before is not None and same and end < before:
+            differs = not_comparable(previous, record)
+            if differs is not None:
+                warnings.append(differs)
+            if before is not None and differs is None and end < before:
                 warnings.append(f"eval reward ended below the stage before: {end:.4g} here, {before:.4g} at the end "
                                 f"of {previous.get('name') or previous.get('stage')}")
         out.append(warnings)

@@ -15,7 +15,7 @@ The profiles (`rlft.config.stagespec.DataLengths`) take the longest row, capped 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class TokenCounter:
     has_template: bool | None    # whether the model has a chat template (None: not known on this machine)
     special: dict[str, str]      # bos_token, eos_token, ... as the template reads them
     counted: str
+    template_kwargs: dict = field(default_factory=dict)  # data.chat_template_kwargs, as the run renders with them
 
     def encode(self, texts: list[str], special_tokens: bool) -> list[list]:
         """Tokens of each text; `special_tokens` adds the tokenizer's own (a BOS), as tokenizing plain text does
@@ -77,7 +78,8 @@ class TokenCounter:
         return [len(t) for t in self.encode(texts, special_tokens)]
 
     def render(self, messages: list, generation_prompt: bool) -> str:
-        return self.template.render(messages=messages, add_generation_prompt=generation_prompt, **self.special)
+        return self.template.render(**{**self.special, **self.template_kwargs}, messages=messages,
+                                    add_generation_prompt=generation_prompt)
 
 
 def _read_json(path: Path | None) -> dict:
@@ -202,7 +204,8 @@ def load_counter(cfg) -> TokenCounter:
             counted = "counted with the model's tokenizer.json"
         except Exception as exc:  # noqa: BLE001 - an unreadable tokenizer falls back to the estimate
             counted = f"estimate: characters / {CHARS_PER_TOKEN}, tokenizer.json unreadable ({type(exc).__name__})"
-    return TokenCounter(tokenizer, template, has, special, counted + broken)
+    template_kwargs = cfg.data.chat_template_kwargs if isinstance(cfg.data.chat_template_kwargs, dict) else {}
+    return TokenCounter(tokenizer, template, has, special, counted + broken, dict(template_kwargs))
 
 
 # ---- the rows, rendered as the run renders them

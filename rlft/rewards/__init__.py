@@ -11,7 +11,8 @@ from rlft.lazy import lazy_attributes
 
 _WHERE = {
     **dict.fromkeys(("char_fraction", "completion_text", "exact_match", "format_match", "json_valid",
-                     "length_penalty", "numeric_match", "regex_match"), "builtin"),
+                     "length_penalty", "numeric_match", "overlong_penalty", "regex_match", "soft_overlong"),
+                    "builtin"),
     **dict.fromkeys(("required_columns", "requires_columns"), "columns"),
     **dict.fromkeys(("BUILTIN_REWARDS", "RewardResolveError", "check_reward_spec", "resolve_reward_fn",
                      "reward_short_name"), "registry"),
@@ -36,9 +37,11 @@ __all__ = [
     "json_valid",
     "length_penalty",
     "numeric_match",
+    "overlong_penalty",
     "regex_match",
     "required_columns",
     "requires_columns",
     "resolve_reward_fn",
     "reward_short_name",
+    "soft_overlong",
 ]

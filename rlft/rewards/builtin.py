@@ -28,8 +28,10 @@ __all__ = [
     "numeric_match",
     "json_valid",
     "length_penalty",
+    "overlong_penalty",
     "char_fraction",
     "completion_text",
+    "soft_overlong",
 ]
 
 # the answer block reasoning datasets conventionally ask for
@@ -316,6 +318,56 @@ def length_penalty(
         text = completion_text(c)
         length = len(text.split()) if unit == "words" else len(text)
         scores.append(max(-1.0, -(max(0.0, length - goal) / goal)))
+    return scores
+
+
+def soft_overlong(length: int, max_tokens: int, buffer: int, factor: float = 1.0) -> float:
+    """DAPO's soft overlong punishment of one completion of `length` tokens against a budget of `max_tokens`:
+    0 up to ``max_tokens - buffer`` tokens, then linear down to ``-factor`` at ``max_tokens``, ``-factor`` beyond.
+
+    The ramp tells a completion that is about to be cut from one that merely runs long, so the policy learns
+    to end before the budget rather than being punished only once it is cut (the cut itself is abrupt)."""
+    if buffer <= 0 or buffer > max_tokens:
+        raise ValueError(f"overlong_penalty: buffer must be in 1..max_tokens ({max_tokens}), got {buffer}")
+    start = max_tokens - buffer
+    if length <= start:
+        return 0.0
+    if length >= max_tokens:
+        return -float(factor)
+    return factor * (start - length) / buffer
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"overlong_penalty: {name} must be a whole number of tokens, got {value!r}")
+    return int(value)
+
+
+def overlong_penalty(
+    prompts: list[Any],
+    completions: list[Any],
+    completion_lengths: list[int] | None = None,
+    max_tokens: int | list[int] | None = None,
+    buffer: int | None = None,
+    factor: float = 1.0,
+    **kwargs: Any,
+) -> list[float]:
+    """DAPO's soft overlong punishment (:func:`soft_overlong`) on each completion's sampled token count.
+
+    The sampling stages pass ``completion_lengths`` (the tokens the sampler drew, EOS included) and
+    ``max_tokens`` (the stage's budget) to a reward that names them; a configured ``max_tokens`` wins.
+    ``buffer`` defaults to a fifth of the budget (DAPO: 4,096 of 20,480 tokens).
+    """
+    n = len(completions)
+    if completion_lengths is None or max_tokens is None:
+        raise ValueError("overlong_penalty: needs each completion's token count and the token budget, which the "
+                         "sampling stages pass (completion_lengths, max_tokens); scoring text alone has neither")
+    budgets = _per_row(max_tokens, n)
+    scores = []
+    for length, budget in zip(completion_lengths, budgets):
+        budget = _whole(budget, "max_tokens")
+        span = max(1, budget // 5) if buffer is None else _whole(buffer, "buffer")
+        scores.append(soft_overlong(_whole(length, "a completion length"), budget, span, float(factor)))
     return scores
 
 

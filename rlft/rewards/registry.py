@@ -51,6 +51,7 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
     "numeric_match": builtin.numeric_match,
     "json_valid": builtin.json_valid,
     "length_penalty": builtin.length_penalty,
+    "overlong_penalty": builtin.overlong_penalty,
     "char_fraction": builtin.char_fraction,
 }
 

@@ -45,6 +45,10 @@ _CFG_KEYS = {"fn", "weight", "kwargs", "name", "timeout_s"}
 # dataset columns that identify a row rather than describe it (rlft adds `prompt_id` to prompt data):
 # never passed to reward functions
 ROW_ID_COLUMNS = ("prompt_id",)
+# what the sampler knows of each completion, beside the dataset's columns: its sampled token count (EOS
+# included) and the token budget it was sampled under. Passed only to a function that names the parameter, so
+# a function written for the dataset's columns alone never sees a key it does not expect.
+SAMPLED_COLUMNS = ("completion_lengths", "max_tokens")
 
 # seconds one call may run unless the config says otherwise
 DEFAULT_TIMEOUT_S = 30.0
@@ -89,6 +93,17 @@ def _to_float(value: Any) -> tuple[float | None, str | None]:
     if not math.isfinite(number):
         return None, "non-finite value"
     return number, None
+
+
+def _names_param(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` declares a parameter `name` (a `**kwargs` catch-all does not count)."""
+    import inspect
+
+    try:
+        param = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):  # a callable without a readable signature
+        return False
+    return param is not None and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
 
 
 def _never() -> bool:
@@ -176,6 +191,7 @@ class SafeReward:
         n = len(completions)
         self._count("calls", 1)
         self._count("completions", n)
+        columns = {k: v for k, v in columns.items() if k not in SAMPLED_COLUMNS or _names_param(self.fn, k)}
         outcome, raw = self._call(prompts, completions, {**columns, **self.kwargs}, output)
         if outcome == "raised":
             return self._fail_batch(n, _exception_kind(raw), f"raised {type(raw).__name__}: {raw}", raw)

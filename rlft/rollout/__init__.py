@@ -16,7 +16,8 @@ from types import ModuleType
 
 from rlft.lazy import lazy_attributes
 
-_LAZY = {**dict.fromkeys(("EVAL_SEED_OFFSET", "evaluate", "evaluation"), "evaluate"),
+_LAZY = {**dict.fromkeys(("EVAL_SEED_OFFSET", "evaluate", "evaluation", "sampling_params", "stage_evaluation"),
+                         "evaluate"),
          **dict.fromkeys(("Rollouts", "SamplingParams", "render_prompt", "sample"), "sample")}
 
 
@@ -36,5 +37,5 @@ from rlft.rollout.log import CompletionLog, RewardLog, write_eval_samples  # noq
 from rlft.rollout.score import Scores, score, score_texts  # noqa: E402
 
 __all__ = ["EVAL_SEED_OFFSET", "CompletionLog", "RewardLog", "Rollouts", "SamplingParams", "Scores", "evaluate",
-           "evaluation",
+           "evaluation", "sampling_params", "stage_evaluation",
            "render_prompt", "sample", "score", "score_texts", "write_eval_samples"]

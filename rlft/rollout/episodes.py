@@ -30,7 +30,8 @@ import torch
 from rlft.envs.safe import SafeEnv
 from rlft.rollout.sample import SamplingParams, sample
 
-__all__ = ["Episode", "EpisodeBatch", "bridge_tokens", "collate_episodes", "episode_metrics", "run_episodes"]
+__all__ = ["Episode", "EpisodeBatch", "bridge_tokens", "collate_episodes", "episode_metrics", "run_episodes",
+           "truncated_turns"]
 
 _PLACEHOLDER = "\u2063RLFT_ACTION\u2063"
 
@@ -178,7 +179,9 @@ def run_episodes(model, tokenizer, envs: Sequence[SafeEnv], rows: Sequence[dict]
             step = env.step(text)
             ep.turns.append({"action": text, "observation": step.observation, "reward": step.reward,
                              "components": step.components, "fault": step.fault,
-                             "tool_call": bool(step.info.get("tool_call", True))})
+                             "tool_call": bool(step.info.get("tool_call", True)),
+                             # the action ran into params.max_new_tokens without ending (no EOS)
+                             "hit_max_tokens": not r.finished[j]})
             ep.messages.append({"role": "assistant", "content": text})
             if step.fault is not None:
                 ep.done = ep.failed = True
@@ -242,6 +245,13 @@ def collate_episodes(episodes: Sequence[Episode], pad_id: int) -> EpisodeBatch:
     return EpisodeBatch(list(episodes), prompt_ids, prompt_mask, ids, attn, amask, rewards, logp)
 
 
+def truncated_turns(episodes: Sequence[Episode]) -> float:
+    """Share of the sampled turns whose action hit the token budget without ending (no EOS); turns that
+    sampled nothing (a reset fault) are not counted. 0.0 when no turn was sampled."""
+    cut = [t["hit_max_tokens"] for ep in episodes for t in ep.turns if "hit_max_tokens" in t]
+    return sum(cut) / len(cut) if cut else 0.0
+
+
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Per-update episode statistics (metrics.jsonl): return mean/std, success rate, length, tool calls,
     the mean per episode of each reward component, truncated and failed counts."""
@@ -255,6 +265,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "tool_calls": sum(ep.tool_calls for ep in episodes) / n,
         "episodes_truncated": float(sum(ep.truncated for ep in episodes)),
         "episodes_failed": float(sum(ep.failed for ep in episodes)),
+        "frac_truncated": truncated_turns(episodes),
     }
     names = sorted({k for ep in episodes for k in ep.components()})
     for name in names:

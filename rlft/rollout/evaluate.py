@@ -12,18 +12,21 @@ import hashlib
 import json
 import statistics
 
+from rlft.config.eval_sampling import EVAL_SEED_OFFSET, NOT_IDENTITY, EvalSettings, eval_sampling
+from rlft.rollout.eval_stats import prompt_stats
 from rlft.rollout.sample import SamplingParams, sample
 from rlft.rollout.score import score
 from rlft.rollout.split import gather, is_sharded, process_group, rank_calls
 
-__all__ = ["EVAL_SEED_OFFSET", "evaluate", "evaluation"]
-
-EVAL_SEED_OFFSET = 7919  # evaluation draws from its own seed (train.seed + this), the same at the start and the end
+__all__ = ["EVAL_SEED_OFFSET", "evaluate", "evaluation", "sampling_params", "stage_evaluation"]
 
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
-             on_samples=None) -> dict:
-    """{"reward_mean", "n" (scored samples), "prompts", "unscored", "eval_set", "per_reward" (each reward's mean)}.
+             on_samples=None, *, pass_threshold: float = 1.0, extra_suite=None, sampling: dict | None = None) -> dict:
+    """{"reward_mean" (mean@n), "pass_at_k", "prompt_std", "k", "n" (scored samples), "prompts", "unscored",
+    "eval_set", "per_reward" (each reward's mean), "sampling"} (rlft.rollout.eval_stats has the numbers' rule).
+    `extra_suite` (eval.rewards) scores the same samples; its rewards join per_reward but never the total.
+    `sampling` (EvalSettings.as_dict) is recorded and covered by the eval_set digest.
     `on_samples(samples)`, when given, gets the first completion of each prompt (prompt index, completion,
     rewards, total), on every rank: for the completions log, so one prompt's answers line up from the start
     of training to the end. Not counted toward the reward-failure
@@ -50,37 +53,50 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
         rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n,
                           dataclasses.replace(params, batch_size=None, seed=seed))
         if keep:  # a repeated call (sharded model, fewer chunks than calls) only keeps the ranks in step
-            scores = score(rollouts, suite, {c: [v[i] for i in idx] for c, v in columns.items()}, count=False)
+            chunk_columns = {c: [v[i] for i in idx] for c, v in columns.items()}
+            scores = score(rollouts, suite, chunk_columns, count=False)
+            per_reward = dict(scores.per_reward)
+            if extra_suite is not None:  # eval-only rewards: reported on their own, never in the total
+                per_reward.update(score(rollouts, extra_suite, chunk_columns, count=False).per_reward)
             first = [b for b in range(len(rollouts)) if b % n == 0]  # each prompt's first sample
-            mine[k] = (scores.total, scores.per_reward,
+            mine[k] = (scores.total, per_reward,
                        [{"prompt_index": idx[rollouts.prompt_index[b]], "completion": rollouts.completions[b],
-                         "rewards": {name: v[b] for name, v in scores.per_reward.items()}, "total": scores.total[b]}
+                         "rewards": {name: v[b] for name, v in per_reward.items()}, "total": scores.total[b]}
                         for b in first])
-    suite.metrics()  # drain: these scores are not a training step's
-    suite.pop_logs()  # nor is what the rewards printed while scoring them (reward_logs.jsonl is per step)
+    for s in (suite, extra_suite):
+        if s is not None:
+            s.metrics()  # drain: these scores are not a training step's
+            s.pop_logs()  # nor is what the rewards printed while scoring them (reward_logs.jsonl is per step)
     by_chunk = {k: t for part in gather(mine, world) for k, t in part.items()}
     totals = [t for k in range(len(starts)) for t in by_chunk[k][0]]
     scored = [t for t in totals if t is not None]
+    names = list(suite.names) + (list(extra_suite.names) if extra_suite is not None else [])
     per_reward = {}
-    for name in suite.names:
+    for name in names:
         values = [v for k in range(len(starts)) for v in by_chunk[k][1].get(name, []) if v is not None]
         per_reward[name] = round(statistics.fmean(values), 6) if values else None
     if on_samples is not None:
         on_samples([x for k in range(len(starts)) for x in by_chunk[k][2]])
-    return {"reward_mean": round(statistics.fmean(scored), 6) if scored else None, "n": len(scored),
-            "prompts": len(prompts), "unscored": len(totals) - len(scored), "eval_set": eval_set(prompts, suite.names),
-            "per_reward": per_reward}
+    out = {**prompt_stats(totals, n, pass_threshold), "n": len(scored), "prompts": len(prompts),
+           "unscored": len(totals) - len(scored), "eval_set": eval_set(prompts, names, sampling),
+           "per_reward": per_reward}
+    if sampling is not None:
+        out["sampling"] = sampling
+    return out
 
 
 class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, step)
     """`(model, step=None) -> evaluate(...)` on these prompts; with a step, rank 0 appends each prompt's first
     sample to `self.completions` (completions.jsonl, settable once the run folder exists) as `eval-<i>` rows."""
 
-    def __init__(self, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
-                 completions=None):
+    def __init__(self, tokenizer, suite, prompts: list, columns: dict, settings: EvalSettings, seed: int,
+                 batch_size: int | None, completions=None, extra_suite=None):
         import os
 
-        self.args = (tokenizer, suite, prompts, columns, n, params)
+        per_call = settings.batch_size if settings.batch_size is not None else batch_size  # eval.batch_size first
+        self.args = (tokenizer, suite, prompts, columns, settings.n, sampling_params(settings, seed, per_call))
+        self.options = {"pass_threshold": settings.pass_threshold, "extra_suite": extra_suite,
+                        "sampling": dataclasses.replace(settings, batch_size=per_call).as_dict()}
         self.completions = completions
         self.main = os.environ.get("RANK", "0") == "0"
 
@@ -90,10 +106,33 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
         prompts = self.args[2]
         log = None if step is None or self.completions is None or not self.main else \
             (lambda samples: write_eval_samples(self.completions, step, prompts, samples))
-        return evaluate(model, *self.args, on_samples=log)
+        return evaluate(model, *self.args, on_samples=log, **self.options)
 
 
-def eval_set(prompts: list, reward_names: list[str]) -> str:
-    """A short digest of the prompts and the rewards: two stages' numbers compare only when theirs match."""
-    text = json.dumps([prompts, list(reward_names)], sort_keys=True, default=str)
+def sampling_params(settings: EvalSettings, seed: int, batch_size: int | None) -> SamplingParams:
+    """The sampler's parameters of an evaluation: its settings, seeded `seed + settings.seed_offset`."""
+    return SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
+                          max_new_tokens=settings.max_new_tokens, batch_size=batch_size,
+                          seed=seed + settings.seed_offset, greedy=settings.greedy)
+
+
+def stage_evaluation(cfg, rows: list[dict], tokenizer, suite, defaults: EvalSettings, batch_size: int | None,
+                     completions=None, extra_suite=None, skip_columns=("prompt",)):
+    """A stage's `evaluation` on its evaluation rows with `eval_sampling(cfg, defaults)` (the `eval:` section
+    over the stage's own settings), or None when there are no rows (data.eval_prompts 0). Every single-turn
+    stage builds its eval here, so with `eval:` set they all sample alike."""
+    if not rows:
+        return None
+    prompts = [r["prompt"] for r in rows]
+    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in skip_columns}
+    return evaluation(tokenizer, suite, prompts, columns, eval_sampling(cfg, defaults), cfg.train.seed, batch_size,
+                      completions, extra_suite)
+
+
+def eval_set(prompts: list, reward_names: list[str], sampling: dict | None = None) -> str:
+    """A short digest of the prompts, the rewards and the sampling settings (EvalSettings.as_dict, less the batch
+    size: NOT_IDENTITY): two stages' numbers compare only when theirs match."""
+    identity = None if sampling is None else {k: v for k, v in sampling.items() if k not in NOT_IDENTITY}
+    what = [prompts, list(reward_names)] + ([identity] if identity is not None else [])
+    text = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

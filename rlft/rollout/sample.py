@@ -28,6 +28,7 @@ class SamplingParams:
     max_new_tokens: int = 256    # longest completion, in tokens
     batch_size: int | None = None  # completions per generate call (rounded down to whole prompts); None = all at once
     seed: int | None = None      # seeds the draws (in a forked RNG: the caller's random stream is left as it was)
+    greedy: bool = False         # the most likely token each step (evaluation); temperature and top_p unused
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Rollouts:
     logprobs_BT: torch.Tensor       # sampler log-prob of each sampled token at `temperature` (0 where mask is 0)
     completions: list[str]          # B decoded completions (special tokens and everything after EOS dropped)
     finished: list[bool] = field(default_factory=list)  # B: ended with EOS (False = cut at max_new_tokens)
+    max_new_tokens: int | None = None  # the token budget the completions were sampled under
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -178,9 +180,11 @@ def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, pro
             for start in range(0, len(prompts), per_call):
                 p_ids, p_mask = _left_pad(tokenized[start:start + per_call], pad_id)
                 recorder = _SampledLogprobs(params.temperature)
+                draw = {"do_sample": False} if params.greedy else \
+                    {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
                 out = model.generate(
-                    input_ids=p_ids.to(device), attention_mask=p_mask.to(device), do_sample=True,
-                    temperature=params.temperature, top_p=params.top_p, top_k=0, max_new_tokens=params.max_new_tokens,
+                    input_ids=p_ids.to(device), attention_mask=p_mask.to(device), **draw,
+                    max_new_tokens=params.max_new_tokens,
                     num_return_sequences=n, use_cache=True, pad_token_id=pad_id, eos_token_id=eos,
                     logits_processor=LogitsProcessorList([recorder]),
                 )
@@ -206,4 +210,5 @@ def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, pro
         prompt_index=[i for i in range(len(prompts)) for _ in range(n)],
         prompt_ids_BP=prompt_ids_BP, prompt_mask_BP=prompt_mask_BP, completion_ids_BT=completion_ids_BT,
         completion_mask_BT=completion_mask_BT, logprobs_BT=logprobs_BT, completions=texts, finished=finished,
+        max_new_tokens=params.max_new_tokens,
     )

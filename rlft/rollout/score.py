@@ -57,6 +57,18 @@ def score_texts(suite: RewardSuite, prompts: Sequence[Any], completions: Sequenc
     return Scores(names=suite.names, per_reward=out.per_fn, total=out.total)
 
 
+def sampled_columns(rollouts) -> dict[str, list]:
+    """What the sampler knows of each completion, for the rewards that name it (`SAMPLED_COLUMNS`): its token
+    count (EOS included) and the budget it was sampled under."""
+    mask = getattr(rollouts, "completion_mask_BT", None)
+    if mask is None:  # completions known as text alone
+        return {}
+    out: dict[str, list] = {"completion_lengths": [int(n) for n in mask.sum(dim=1).tolist()]}
+    if getattr(rollouts, "max_new_tokens", None) is not None:
+        out["max_tokens"] = [int(rollouts.max_new_tokens)] * len(rollouts)
+    return out
+
+
 def score(rollouts, suite: RewardSuite, columns: Mapping[str, Sequence[Any]] | None = None, *,
           count: bool = True) -> Scores:
     """Score every completion of `rollouts`. `columns` holds one value per *prompt* for each extra
@@ -68,4 +80,5 @@ def score(rollouts, suite: RewardSuite, columns: Mapping[str, Sequence[Any]] | N
         if len(values) != rollouts.num_prompts:
             raise ValueError(f"column {key!r} has {len(values)} values for {rollouts.num_prompts} prompts")
         per_row[key] = [values[i] for i in index]
+    per_row.update(sampled_columns(rollouts))
     return score_texts(suite, rollouts.row_prompt_texts(), rollouts.completions, per_row, count=count)

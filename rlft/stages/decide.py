@@ -28,7 +28,15 @@ def sampled_metrics(rows: list[dict], round_: int) -> dict:
     return {"round": round_, "num_sampled": len(rows),
             "sampled_reward_mean": statistics.fmean(totals) if totals else None,
             "sampled_reward_std": statistics.pstdev(totals) if totals else None,
-            "frac_unscored": 1 - len(totals) / len(rows) if rows else None}
+            "frac_unscored": 1 - len(totals) / len(rows) if rows else None,
+            "frac_truncated": _truncated(rows)}
+
+
+def _truncated(rows: list[dict]) -> float | None:
+    """Share of the samples cut at max_tokens without an EOS (`finished` False); rows without the flag (a
+    samples.jsonl from before it was recorded) are not counted."""
+    flags = [r["finished"] for r in rows if isinstance(r.get("finished"), bool)]
+    return sum(not f for f in flags) / len(flags) if flags else None
 
 
 def rs_sft_decide(rows: list[dict], rs: RSSFTConfig, round_: int) -> tuple[list[dict], dict]:

@@ -2,8 +2,9 @@
 with `rewards:` configured, fresh samples on the first data.eval_prompts prompts of the preference data (data.eval,
 or data.train without it) from the starting and the final policy, scored by those rewards exactly as the sampling
 stages score theirs (summary.json's eval.start / eval.end); with data.eval, the last held-out preference accuracy
-TRL logged (eval.end.preference_accuracy). The samples are whole answers: up to `<stage>.eval_max_new_tokens`, or
-the longest chosen answer of those pairs (rlft.config.preference_lengths has the rule)."""
+TRL logged (eval.end.preference_accuracy). The samples are whole answers: up to `eval.max_new_tokens`, else
+`<stage>.eval_max_new_tokens`, else the longest chosen answer of those pairs (rlft.config.preference_lengths has the
+rule); the other `eval:` keys apply as in every stage."""
 
 from __future__ import annotations
 
@@ -18,21 +19,23 @@ class PreferenceEval:
     """`PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)` before the run folder (bad rewards or missing
     reward columns: RunError, exit 2); `.start(trainer, ctx)` / `.end(trainer, ctx)` around training."""
 
-    def __init__(self, cfg: RlftConfig, suite, source):
+    def __init__(self, cfg: RlftConfig, suite, source, extra_suite=None):
         self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
+        self.extra_suite = extra_suite  # eval.rewards, scored on the eval samples only
         self.completions = None  # completions.jsonl, once the run folder exists
         self.max_new_tokens = None  # the answer budget, once the tokenizer is known (`answer_budget`)
 
     @classmethod
     def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
-        from rlft.stages.prompt_data import check_reward_columns, reward_suite
+        from rlft.stages.prompt_data import check_reward_columns, eval_reward_suite, reward_suite
 
-        suite = None
+        suite = extra = None
         source = eval_ds if eval_ds is not None else train_ds
         if cfg.rewards and cfg.data.eval_prompts:
             suite = reward_suite(cfg, composed)
             check_reward_columns(source, suite, "data.eval" if eval_ds is not None else "data.train")
-        return cls(cfg, suite, source)
+            extra = eval_reward_suite(cfg, composed)
+        return cls(cfg, suite, source, extra)
 
     def rows(self, source) -> list[dict]:
         """The evaluation rows of `source` (the preference rows after the chat-template setting)."""
@@ -40,14 +43,18 @@ class PreferenceEval:
         return source.select(range(min(k, len(source)))).to_list() if self.suite is not None else []
 
     def _evaluate(self, model, rows: list[dict], step: int | None = None) -> dict:
-        from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
+        from rlft.rollout import stage_evaluation
 
-        params = SamplingParams(max_new_tokens=self.max_new_tokens, seed=self.cfg.train.seed + EVAL_SEED_OFFSET,
-                                batch_size=self.cfg.train.per_device_train_batch_size)
-        prompts = [r["prompt"] for r in rows]
-        columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-        return evaluation(self.tokenizer, self.suite, prompts, columns, SAMPLES_PER_PROMPT, params,
-                          self.completions)(model, step)
+        evaluation = stage_evaluation(self.cfg, rows, self.tokenizer, self.suite, self.eval_defaults(),
+                                      self.cfg.train.per_device_train_batch_size, self.completions, self.extra_suite)
+        return evaluation(model, step)
+
+    def eval_defaults(self):
+        """The preference stages' own eval settings (what `eval:` keys left null keep): SAMPLES_PER_PROMPT samples
+        of the answer budget (eval.max_new_tokens already counted in it) at temperature 1.0."""
+        from rlft.config.eval_sampling import EvalSettings
+
+        return EvalSettings(n=SAMPLES_PER_PROMPT, max_new_tokens=self.max_new_tokens, temperature=1.0, top_p=1.0)
 
     def start(self, trainer, tokenizer, source, ctx) -> None:
         """eval.start from the policy as this stage starts it. On --resume the trainer still holds that policy
@@ -59,13 +66,14 @@ class PreferenceEval:
             ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows, 0)
 
     def answer_budget(self, tokenizer, source) -> int:
-        """New tokens per eval sample, said in one line: `<stage>.eval_max_new_tokens`, else the longest chosen
-        answer of the preference rows the prompts come from (rlft.config.preference_lengths has the rule)."""
+        """New tokens per eval sample, said in one line: `eval.max_new_tokens`, `<stage>.eval_max_new_tokens`, else the
+        longest chosen answer of the preference rows the prompts come from (rlft.config.preference_lengths has the
+        rule)."""
         from rlft.config.preference_lengths import ANSWER_ROWS, eval_budget
 
         sec = getattr(self.cfg, self.cfg.stage)
         longest, measured = None, ""
-        if sec.eval_max_new_tokens is None:
+        if sec.eval_max_new_tokens is None and self.cfg.eval.max_new_tokens is None:
             rows = source.select(range(min(ANSWER_ROWS, len(source)))).to_list()
             key = "data.eval" if self.cfg.data.eval else "data.train"
             try:

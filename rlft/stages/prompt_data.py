@@ -63,7 +63,7 @@ def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
     return ds
 
 
-def apply_chat_template_setting(cfg: RlftConfig, ds, tokenizer):
+def prompts_as_chat(cfg: RlftConfig, ds, tokenizer):
     """(dataset, start-line phrase): plain-text prompts become user messages when `data.chat_template`
     applies, so the tokenizer's chat template renders them (TRL and rlft's sampler template message lists)."""
     from rlft.data import DataError
@@ -168,7 +168,7 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
     """Load and check the prompts of data.<key>; raises RunError (exit 2) before any run folder exists."""
     ds = load_prompt_dataset(cfg, key)
     check_reward_columns(ds, suite, f"data.{key}")
-    ds, chat_note = apply_chat_template_setting(cfg, ds, tokenizer)
+    ds, chat_note = prompts_as_chat(cfg, ds, tokenizer)
     if key == "train" and int(os.environ.get("RANK", "0")) == 0:
         print(f"rlft: data.train: {len(ds)} prompts; {chat_note}", file=sys.stderr, flush=True)
     return fit_prompt_lengths(cfg, ds, tokenizer, f"data.{key}")
@@ -182,6 +182,20 @@ def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
         return []
     ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
     return ds.select(range(min(k, len(ds)))).to_list()
+
+
+def eval_reward_suite(cfg: RlftConfig, composed):
+    """The `eval.rewards` suite (scored on evaluation samples only, built like the training suite), or None when
+    there are none."""
+    if not cfg.eval.rewards:
+        return None
+    from rlft.rewards import RewardResolveError, build_reward_suite
+
+    try:
+        return build_reward_suite([vars(r) for r in cfg.eval.rewards], config_dir=composed.dir_of("eval.rewards"),
+                                  max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
+    except (RewardResolveError, ValueError) as exc:
+        raise RunError(f"eval.rewards: {exc}") from None
 
 
 def reward_suite(cfg: RlftConfig, composed):

@@ -72,6 +72,19 @@ def round_metrics_callback(metrics: dict, step_offset: int):
     return RoundMetrics()
 
 
+def rounds_state_problem(state) -> str | None:
+    """What is wrong with rounds.json's content ({"eval_start": {...}, "round_steps": {"1": 3, ...}}), or None."""
+    if not isinstance(state, dict):
+        return f"holds {type(state).__name__}, not an object"
+    if "eval_start" in state and not isinstance(state["eval_start"], dict):
+        return "has an eval_start that is not an object"
+    steps = state.get("round_steps", {})
+    if not isinstance(steps, dict) or not all(
+            isinstance(k, str) and k.isdigit() and type(v) is int and v >= 0 for k, v in steps.items()):
+        return "has round_steps that are not {round number: optimizer steps}"
+    return None
+
+
 class SampledSFT:
     """One RS-SFT / AWR run. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls` an SFTTrainer."""
 
@@ -97,7 +110,18 @@ class SampledSFT:
 
     def _state(self) -> dict:
         path = self.ctx.run.root / STATE_FILE
-        return json.loads(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            problem = f"does not read as JSON ({type(exc).__name__})"
+        else:
+            problem = rounds_state_problem(state)
+        if problem:  # the finished rounds' step counts cannot be guessed: said in one line, nothing trained yet
+            raise RunError(f"cannot resume: {path} {problem}. It records the start eval and the optimizer steps of "
+                           f"finished rounds: restore it, or start over with --overwrite")
+        return state
 
     def _save_state(self, state: dict) -> None:
         if self.ctx.rank == 0:
@@ -124,10 +148,11 @@ class SampledSFT:
     def _prepare_inputs(self) -> None:
         """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
         from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.prompt_data import eval_rows, prepare_prompt_data, reward_suite
+        from rlft.stages.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
 
         cfg = self.cfg
         self.suite = reward_suite(cfg, self.composed)
+        self.eval_suite = eval_reward_suite(cfg, self.composed)  # eval.rewards: scored on eval samples only
         self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         self.tokenizer = load_policy_tokenizer(cfg)
         self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
@@ -303,14 +328,18 @@ class SampledSFT:
             weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
 
     def _evaluate(self, model, prompts: list, columns: dict, step: int | None = None) -> dict:
-        """Mean total reward of fresh samples (not counted toward the reward-failure guard), `generation_batch_size`
+        """Mean total reward of fresh samples (not counted toward the reward-failure guard; `eval:` over the
+        stage's defaults: num_samples_per_prompt samples at the rounds' settings), `generation_batch_size`
         completions per generate call as in the rounds; every rank calls it (each samples a share of the prompts).
         With a step, each prompt's first sample goes to completions.jsonl as an `eval-<i>` row."""
-        from rlft.rollout import EVAL_SEED_OFFSET, evaluation
+        from rlft.config.eval_sampling import EvalSettings, eval_sampling
+        from rlft.rollout import evaluation
 
-        params = self._params(self.cfg.train.seed + EVAL_SEED_OFFSET)
-        return evaluation(self.tokenizer, self.suite, prompts, columns, self.n, params,
-                          self.ctx.run.eval_completions)(model, step)
+        s = self.section
+        defaults = EvalSettings(n=self.n, max_new_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p)
+        return evaluation(self.tokenizer, self.suite, prompts, columns, eval_sampling(self.cfg, defaults),
+                          self.cfg.train.seed, s.generation_batch_size, self.ctx.run.eval_completions,
+                          self.eval_suite)(model, step)
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):

@@ -24,6 +24,16 @@ from pathlib import Path
 DECISION_KEYS = ("kept", "weight")
 
 
+def is_sample_row(row) -> bool:
+    """A row this stage wrote: integer round, prompt_id and sample, text completion, a number (or null) total."""
+    def integer(v):
+        return type(v) is int and v >= 0
+
+    return isinstance(row, dict) and all(integer(row.get(k)) for k in ("round", "prompt_id", "sample")) \
+        and isinstance(row.get("completion"), str) \
+        and (row.get("total") is None or type(row.get("total")) in (int, float))
+
+
 class SamplesLog:
     def __init__(self, path: Path, samples_per_prompt: int):
         self.path = Path(path)
@@ -39,9 +49,11 @@ class SamplesLog:
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if is_sample_row(row):  # a damaged row drops like a cut line: its prompt is sampled again
+                rows.append(row)
         return rows
 
     def round_rows(self, round_: int) -> list[dict]:

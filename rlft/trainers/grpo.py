@@ -124,6 +124,9 @@ class RlftGRPOTrainer(GRPOTrainer):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         else:
             columns = {k: [ex[k] for ex in inputs] for k in inputs[0] if k not in NOT_REWARD_COLUMNS}
+            # for the rewards that name them (overlong_penalty): sampled token counts (EOS included) and the budget
+            columns["completion_lengths"] = [len(ids) for ids in completion_ids_list]
+            columns["max_tokens"] = [self.max_completion_length] * len(completion_ids_list)
             if self.reloader is not None:
                 self.reloader.remember([as_text(p) for p in prompts], [as_text(c) for c in completions], columns)
             scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
@@ -196,6 +199,9 @@ class RlftGRPOTrainer(GRPOTrainer):
         const_P = constant_group_mask(total, g.group_size, valid=valid)
         m["frac_constant_groups"].append(const_P.float().mean().item())
         m["frac_unscored"].append((~valid).float().mean().item())
+        clipped = m.get("completions/clipped_ratio")
+        if clipped:  # TRL's share of this batch's completions (gathered) cut at max_tokens without an EOS
+            m["frac_truncated"].append(clipped[-1])
         if self.reward_suite is not None:
             local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
             for name in self.reward_suite.names:

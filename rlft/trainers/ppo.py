@@ -38,7 +38,7 @@ from trl.trainer.utils import disable_dropout_in_model
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LoopSchedule, behaviour_weights, entropy_from_logits, explained_variance,
     default_horizon, kl_sample_train, make_kl_controller, masked_mean, masked_moments, ppo_loop_schedule, ppo_loss,
-    return_scale, shape_rewards,
+    return_scale, shape_rewards, value_bias_from_returns,
 )
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
@@ -171,7 +171,13 @@ class RlftPPOTrainer(Trainer):
         return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
                         mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=p.clip_range,
                         clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef,
-                        policy_loss=self.policy_loss, clip_ratio_c=p.clip_ratio_c)
+                        policy_loss=self.policy_loss, clip_ratio_c=p.clip_ratio_c,
+                        train_policy=not self.critic_warming_up)
+
+    @property
+    def critic_warming_up(self) -> bool:
+        """This update trains only the value head (`ppo.critic_warmup`; a section without the key: never)."""
+        return self.state.global_step < getattr(self.section, "critic_warmup", 0)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
     def rlft_extra_state(self) -> dict:
@@ -259,13 +265,20 @@ class RlftPPOTrainer(Trainer):
             pool.append(self.env_factory())
         return pool[:n]
 
-    def _sample_episodes(self, rows: list[dict], sampler=None) -> PPOBatch:
-        """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards."""
-        cfg, device = self.cfg, self.accelerator.device
+    def _sample_episodes(self, rows: list[dict], sampler=None, params: SamplingParams | None = None) -> PPOBatch:
+        """One multi-turn episode per row, laid out like `_sample` plus the per-token step rewards (`params`: the
+        evaluation's sampling settings instead of training's)."""
+        cfg = self.cfg
         policy, tok, envs = sampler or (self.policy, self.processing_class, self._envs_for(len(rows)))
         eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
-                           self._params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
+                           params or self._params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
                            prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
+        return self._episodes_batch(eps, tok)
+
+    def _episodes_batch(self, eps: list, tok) -> PPOBatch:
+        """Episodes laid out for the learner's forward pass (GRPO's dynamic sampling picks them from several
+        samplings first)."""
+        device = self.accelerator.device
         b = collate_episodes(eps, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
         prompt_ids, prompt_mask = b.prompt_ids_BP.to(device), b.prompt_mask_BP.to(device)
         attn = torch.cat([prompt_mask, b.attention_mask_BT.to(device)], dim=1)
@@ -358,6 +371,8 @@ class RlftPPOTrainer(Trainer):
             rewards_BT = shape_rewards(scores_B, kl_BT, mask, self.kl_ctl.value)
         if p.scale_returns:  # the critic's targets at about unit scale (see ppo.scale_returns)
             rewards_BT = rewards_BT / self._return_scale(rewards_BT, mask)
+        if p.value_init == "first_batch_mean" and update == 0:  # a fresh run's first batch (resumes start later)
+            values_old = values_old + self._init_value_bias(rewards_BT, mask)
         # several processes: whitened over the global batch (the moments summed over them), as verl whitens
         whole_batch = {"sum_over_processes": self._sum_over_processes} if self.accelerator.num_processes > 1 else {}
         adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(self.advantage_estimator)(
@@ -379,10 +394,24 @@ class RlftPPOTrainer(Trainer):
             "explained_variance": explained_variance(values_old * mask, returns_BT, mask),
             "completion_length": self._mean(mask.sum(1).mean()),
             "frac_unscored": self._mean((~valid).float().mean()),
+            # completions cut at max_tokens without an EOS (episodes: turns, in reward_metrics)
+            **({"frac_truncated": self._mean(1.0 - sum(batch.rollouts.finished) / max(1, len(batch.rollouts)))}
+               if episodes is None else {}),
             **({"reward_version": float(self.reloader.version)} if self.reloader is not None else {}),
             **self._sample_train_kl(batch, logp_old, mask),
         }
         return batch
+
+    @torch.no_grad()
+    def _init_value_bias(self, rewards_BT: Tensor, mask_BT: Tensor) -> float:
+        """Set the value head's bias to the batch's mean discounted return (the mean over processes, so every rank
+        sets the same); returns the shift, which moves every value by the same amount (the head is linear), so
+        the batch's values need no second forward pass."""
+        bias = self._mean(value_bias_from_returns(rewards_BT, mask_BT, self.cfg.ppo.gamma))
+        head = self.accelerator.unwrap_model(self.model).value_head.bias
+        shift = bias - float(head.full_tensor() if hasattr(head, "full_tensor") else head)
+        head.add_(shift)
+        return shift
 
     def _reload_rewards(self) -> None:
         """Changed reward files and overrides.yaml take effect from this update (every rank checks the same files);
@@ -470,6 +499,10 @@ class RlftPPOTrainer(Trainer):
         count = 0
         grad_norms = []
         gen = torch.Generator().manual_seed(self.cfg.train.seed * 100003 + self.state.global_step)
+        # a critic warm-up update: the value loss still reaches the shared backbone's (LoRA) weights, so their
+        # gradients are dropped before each step; a parameter without a gradient is skipped by the optimizer,
+        # its weights and moment estimates untouched
+        frozen = self._policy_params() if self.critic_warming_up else []
         model.train()
         for _ in range(self.section.ppo_epochs):
             order = torch.randperm(n, generator=gen).to(acc.device)
@@ -482,6 +515,8 @@ class RlftPPOTrainer(Trainer):
                 acc.backward(loss / accum)
                 last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
                 if last_in_step:
+                    for param in frozen:
+                        param.grad = None
                     grad_norm = acc.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
                     grad_norms.append(float(grad_norm))
                     self.optimizer.step()
@@ -494,6 +529,11 @@ class RlftPPOTrainer(Trainer):
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
+
+    def _policy_params(self) -> list:
+        """The trainable parameters outside the value head (the policy's: LoRA's, or all of them)."""
+        head = {id(q) for q in self.accelerator.unwrap_model(self.model).value_head.parameters()}
+        return [q for q in self.model.parameters() if q.requires_grad and id(q) not in head]
 
     def _return_scale(self, rewards_BT: Tensor, mask_BT: Tensor) -> float:
         """This batch's episode returns added to the run's (every process's) moments; their standard deviation."""
@@ -519,17 +559,27 @@ class RlftPPOTrainer(Trainer):
     # --- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()
     def _evaluate_episodes(self, policy) -> dict:
-        """Mean episode return and success rate of one fresh episode per evaluation row, with a fixed seed
-        and the training RNG untouched; env faults here stay out of the failure guard."""
-        from rlft.rollout import EVAL_SEED_OFFSET
+        """Mean episode return and success rate of fresh episodes per evaluation row (`eval:` over the stage's
+        defaults: one episode at its sampling settings; pass@n counts a row whose best return reaches
+        eval.pass_threshold), with a fixed seed and the training RNG untouched; env faults here stay out of the
+        failure guard."""
+        from rlft.config.eval_sampling import EvalSettings, eval_sampling
+        from rlft.rollout import sampling_params
+        from rlft.rollout.eval_stats import prompt_stats
 
-        rows = self.episode_eval_rows
+        sec = self.section
+        settings = eval_sampling(self.cfg, EvalSettings(n=1, max_new_tokens=sec.max_tokens,
+                                                        temperature=sec.temperature, top_p=sec.top_p))
+        rows = [row for row in self.episode_eval_rows for _ in range(settings.n)]  # row-major, n episodes each
+        params = sampling_params(settings, self.cfg.train.seed, None)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.train.seed + EVAL_SEED_OFFSET)
-            eps = self._sample_episodes(rows).episodes
+            torch.manual_seed(params.seed)
+            eps = self._sample_episodes(rows, params=dataclasses.replace(params, seed=None)).episodes
         m = episode_metrics(eps)
-        return {"reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
-                "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(rows)}
+        return {**prompt_stats([ep.return_ for ep in eps], settings.n, settings.pass_threshold),
+                "reward_mean": round(m["episode_return"], 6), "success_rate": round(m["success_rate"], 6),
+                "episode_length": round(m["episode_length"], 6), "n": len(eps), "prompts": len(self.episode_eval_rows),
+                "sampling": settings.as_dict()}
 
     def evaluate_reward(self, step: int | None = None) -> dict | None:
         """Fresh samples on the evaluation prompts (rollout.evaluate: its own seed, training RNG untouched); with a
@@ -598,13 +648,17 @@ class RlftPPOTrainer(Trainer):
                 self._async_metrics = {}
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             started = time.perf_counter()
+            warming = self.critic_warming_up  # this update trains the value head alone
             batch = self.rollout(self.state.global_step)
             metrics = {**batch.metrics, **self.optimize(batch)}
+            if getattr(self.section, "critic_warmup", 0):
+                metrics["critic_warmup"] = float(warming)
             metrics["step_time"] = time.perf_counter() - started  # sampling and optimizing, as TRL's GRPO rows
             if self._worker is not None:
                 metrics.update(self._async_metrics, **self._clock.end(self._worker.sampling_spans(time.perf_counter())))
             kl = metrics.get("kl_policy_ref")
-            if kl is not None:  # once per update; the horizon is in updates
+            # once per update, the horizon in updates; not on a warm-up update, which leaves the policy (its KL) as is
+            if kl is not None and not warming:
                 self.kl_ctl.update(kl, 1)
             self.state.global_step += 1
             episodes = self.state.global_step * s.batch_size

@@ -64,6 +64,20 @@ def _claim_out(out: Path, default: bool, force: bool) -> bool:
     return ours and owned.first_foreign(out) is None
 
 
+def pipeline_graph(runs: list[RunData]):
+    """The pipeline's eval curve across its stages as a report graph (section Pipeline)."""
+    from rlft.monitor.report.graphs import Graph
+    from rlft.monitor.report.pipeline import comparable, render_curve, stage_curves
+
+    curves = stage_curves(runs)
+    why = "each stage's eval reward (start, during training, end) after the steps of the stages before it; dashed " \
+          "lines mark the stage boundaries"
+    if not comparable(curves):
+        why += "; the stages evaluate differently (prompts, rewards or `eval:` settings): their levels do not compare"
+    return Graph("pipeline_eval", "eval reward across the pipeline", "Pipeline", ["eval_reward"],
+                 ["eval_reward"], why, render_curve(curves))
+
+
 def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS,
                  force: bool = False) -> ReportResult:
     """Write `<out_dir>/index.html` and `<out_dir>/graphs/*.png` for the runs at `paths` (overlaid).
@@ -74,20 +88,29 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     from rlft.monitor.report.graphs import plan_graphs, render
     from rlft.monitor.report.html import build_html
 
+    from rlft.monitor.report.pipeline import is_pipeline_folder, stage_folders
+
     t0 = time.perf_counter()
     paths = [Path(p) for p in paths]
     if not paths:
         raise ReportInputError("give at least one run folder")
-    runs: list[RunData] = [load_run(p, name, max_chars) for p, name in zip(paths, unique_names(paths))]
+    pipeline = len(paths) == 1 and is_pipeline_folder(paths[0])  # its stages' runs, one eval curve across them
+    if pipeline:
+        labels, stage_dirs = zip(*stage_folders(paths[0]))
+        runs: list[RunData] = [load_run(p, name, max_chars) for p, name in zip(stage_dirs, labels)]
+    else:
+        runs = [load_run(p, name, max_chars) for p, name in zip(paths, unique_names(paths))]
     if out_dir is not None:
         out = Path(out_dir)
     else:  # beside a jsonl of completion rows: rewards_try.jsonl -> rewards_try-report/
         out = paths[0] / "report" if paths[0].is_dir() else paths[0].with_name(f"{paths[0].stem}-report")
-    ours = _claim_out(out, out_dir is None, force)
+    ours = _claim_out(out, out_dir is None and not pipeline, force)
     graphs = plan_graphs(runs)
     note = ""
     try:
         render(graphs, runs)
+        if pipeline:
+            graphs.insert(0, pipeline_graph(runs))
     except ImportError:  # the page still has completions and logs; say how to get the graphs
         note = "matplotlib is not installed: no graphs (pip install matplotlib)"
         graphs = []

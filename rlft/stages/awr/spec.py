@@ -55,7 +55,7 @@ SPEC = StageSpec(
     metrics=(*SAMPLED_SFT_METRICS, "loss", "weight_mean", "weight_max",
              "frac_clipped", "ess", "advantage_mean", "advantage_std", "nll", "entropy", *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "ess", "loss"),
-    health_rules=(*BASE_HEALTH, "awr_ess"),
+    health_rules=(*BASE_HEALTH, "awr_ess", "truncated"),
     resume_breaking=("awr.num_samples_per_prompt", "awr.rounds"),
     checks=checks, explain=explain, memory=sample_then_sft_profile,
 )

@@ -19,8 +19,9 @@ class DPOConfig:
                                     "probability with loss_type robust.", ge=0, lt=0.5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
-    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens; null = the "
-                                                 "longest chosen answer in the data, at most max_length.", ge=1)
+    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens "
+                                                 "(eval.max_new_tokens, when set, wins); null = the longest chosen "
+                                                 "answer in the data, at most max_length.", ge=1)
     loss_type: str = F("sigmoid", "DPO loss variant (TRL "
                                   "`loss_type`).", choices=["sigmoid", "hinge", "ipo", "robust", "bco_pair",
                                                             "sppo_hard", "nca_pair", "apo_zero", "apo_down"])

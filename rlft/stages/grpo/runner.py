@@ -12,6 +12,7 @@ from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
+from rlft.stages.prompt_data import eval_reward_suite
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
@@ -34,6 +35,25 @@ def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
                 steps_per_generation=g.num_substeps * accum, num_generations=g.group_size)
 
 
+# rlft's baseline -> TRL's scale_rewards (TRL's advantages are replaced by rlft's; this keeps its logging in step)
+TRL_SCALE_REWARDS = {"group_mean_std": "group", "group_mean_batch_std": "batch"}
+# grpo.loss_agg -> TRL's loss_type for PPO's clipped surrogate and the unclipped ratio (dapo: TRL's default)
+TRL_LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+
+
+def trl_loss_args(s) -> dict:
+    """TRL GRPOConfig options computing the loss that `rlft.algos.grpo_policy_loss(s, ...)` computes (LossSettings
+    `s`; tests/test_grpo_loss_menu.py holds the two equal, loss and gradients)."""
+    args = dict(importance_sampling_level=s.is_level, loss_type=TRL_LOSS_TYPE[s.loss_agg])
+    if s.loss_fn == "cispo":  # TRL caps the weight at epsilon_high itself, rlft at 1 + clip_high
+        args.update(loss_type="cispo", epsilon=s.clip_low, epsilon_high=1.0 + s.high)
+    elif s.loss_fn == "ppo":  # TRL's delta caps the ratio as dual-clip caps the loss (clip_ratio_c > 1 + clip_high)
+        args.update(epsilon=s.clip_low, epsilon_high=s.high, delta=s.clip_ratio_c)
+    else:  # ratio * advantage, never clipped: the ratio's range left open
+        args.update(epsilon=1.0, epsilon_high=1e9)
+    return args
+
+
 def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, composed: Composed | None = None):
     """The one place rlft keys become a trl.GRPOConfig; `trl:` passthrough options go last."""
     from trl import GRPOConfig
@@ -50,19 +70,16 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
         top_p=g.top_p,
         max_completion_length=g.max_tokens,
         beta=g.kl_penalty_coef if g.kl_penalty_mode == "loss" else 0.0,
-        scale_rewards="group" if g.baseline_mode == "group_mean_std" else "none",  # only TRL's own logging
+        scale_rewards=TRL_SCALE_REWARDS.get(g.baseline_mode, "none"),  # only TRL's own logging
         shuffle_dataset=True,
         log_completions=False,
         reward_weights=[r.weight for r in cfg.rewards],
     )
     if g.generation_backend == "vllm":  # TRL's own vLLM path, LoRA weights synced to vLLM every step
         args.update(use_vllm=True, vllm_mode=g.vllm_mode)
-    from rlft.algos import POLICY_LOSSES
+    from rlft.algos import loss_settings
 
-    if POLICY_LOSSES.get(g.loss_fn).clipped:
-        args.update(epsilon=g.clip_range)
-    else:  # ratio * advantage, never clipped: the ratio's range left open
-        args.update(epsilon=1.0, epsilon_high=1e9)
+    args.update(trl_loss_args(loss_settings(g)), mask_truncated_completions=g.mask_truncated)
     args.update(cfg.trl)
     return build_trl_config(GRPOConfig, args, cfg, composed)
 
@@ -127,7 +144,8 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
             reward_suite=suite,
             ref_model_for_kl=ref,
         )
-        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.eval_completions)
+        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.eval_completions,
+                                     eval_reward_suite(cfg, composed))
         if evaluation is not None:
             # on --resume the start was measured before the first checkpoint and travels in it
             start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
@@ -168,18 +186,15 @@ def eval_every(cfg: RlftConfig) -> int:
     return max(10, max(cfg.train.max_steps, 0) // 5)
 
 
-def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite, completions=None):
-    """`(model, step=None) -> {"reward_mean", ...}` on the evaluation rows (group_size samples each, GRPO's
-    sampling settings, the shared evaluation seed), or None when there are none (data.eval_prompts 0). With a
-    step, each prompt's first sample goes to `completions` (completions.jsonl, rank 0 writes)."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
+def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite, completions=None, extra_suite=None):
+    """`(model, step=None) -> {"reward_mean", ...}` on the evaluation rows (`eval:` over GRPO's defaults: group_size
+    samples each at GRPO's sampling settings), or None when there are none (data.eval_prompts 0). With a step,
+    each prompt's first sample goes to `completions` (completions.jsonl, rank 0 writes)."""
+    from rlft.config.eval_sampling import EvalSettings
+    from rlft.rollout import stage_evaluation
 
-    if not rows:
-        return None
     g = cfg.grpo
-    params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_tokens,
-                            batch_size=g.batch_size * g.group_size,  # what one generation step of training holds
-                            seed=cfg.train.seed + EVAL_SEED_OFFSET)
-    prompts = [r["prompt"] for r in rows]
-    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k != "prompt"}
-    return evaluation(tokenizer, suite, prompts, columns, g.group_size, params, completions)
+    defaults = EvalSettings(n=g.group_size, max_new_tokens=g.max_tokens, temperature=g.temperature, top_p=g.top_p)
+    return stage_evaluation(cfg, rows, tokenizer, suite, defaults,
+                            g.batch_size * g.group_size,  # what one generation step of training holds
+                            completions, extra_suite)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
-from rlft.config.names import CLIPPED_POLICY_LOSSES, GRPO_BASELINES, POLICY_LOSSES
+from rlft.config.names import GRPO_BASELINES, IS_LEVELS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlft.config.stagespec import BASE_HEALTH, ONLINE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, \
     StageSpec, fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
     shorter_sequences, trl_options
@@ -52,13 +52,41 @@ class GRPOConfig:
                                         "reward, with those samples in completions.jsonl. null = about 5 times a run "
                                         "(train.max_steps // 5, at least 10); 0 = only at the start and the end.",
                                   ge=0)
-    loss_fn: str = F("importance_sampling", "Policy-gradient estimator.", choices=list(POLICY_LOSSES))
-    clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo.", gt=0, lt=1)
+    loss_fn: str = F("importance_sampling", "Policy-gradient estimator: `importance_sampling` (-A r, never clipped), "
+                                            "`ppo` (PPO's clipped surrogate) or `cispo` (-sg(min(r, 1 + "
+                                            "clip_high)) A logp: a capped importance weight without gradient, every "
+                                            "token keeps its gradient; MiniMax-M1).", choices=list(POLICY_LOSSES))
+    clip_range: float = F(0.2, "PPO clip epsilon when loss_fn = ppo (both sides; clip_low and clip_high override "
+                               "one side each).", gt=0, lt=1)
+    clip_low: Optional[float] = F(None, "Low side of the ratio clip, 1 - clip_low (loss_fn ppo). null = "
+                                        "clip_range.", gt=0, lt=1)
+    clip_high: Optional[float] = F(None, "High side of the ratio clip, 1 + clip_high (loss_fn ppo; DAPO's "
+                                         "clip-higher: 0.28 over clip_low 0.2), or CISPO's cap on its importance "
+                                         "weight, 1 + clip_high. null = clip_range.", gt=0)
+    clip_ratio_c: Optional[float] = F(None, "Dual-clip PPO (loss_fn ppo): where the advantage is negative the loss "
+                                            "is also capped at -A c, so an exploded ratio cannot dominate; must "
+                                            "exceed 1 + clip_high (3.0 typical). null = off.", gt=1)
+    is_level: str = F("token", "Importance ratio level: `token` (each token's own ratio) or `sequence` (GSPO: "
+                               "exp of the mean over the sequence's tokens of logp - logp_old, applied to each "
+                               "token; clip at GSPO's 3e-4 / 4e-4).", choices=list(IS_LEVELS))
+    loss_agg: str = F("token_mean", "How per-token losses become one number: `token_mean` (DAPO: the mean over every "
+                                    "token of the batch), `seq_mean_token_mean` (GRPO paper: the mean per sequence, "
+                                    "then over sequences) or `seq_mean_token_sum_norm` (Dr. GRPO: each sequence's "
+                                    "sum over grpo.max_tokens, then the mean over sequences).",
+                      choices=list(LOSS_AGGREGATIONS))
+    mask_truncated: bool = F(False, "Completions that reach grpo.max_tokens without an EOS give no gradient (DAPO's "
+                                    "overlong filtering; TRL's mask_truncated_completions). Single-turn only.")
     temperature: float = temperature_field(1.0, "Sampling temperature (0.7-1.0).")
     top_p: float = top_p_field()
     max_tokens: int = max_tokens_field()
     episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k "
                                   "gamma^k r_k), in [0, 1].", ge=0, le=1)
+    dynamic_sampling: bool = F(False, "DAPO's dynamic sampling (with env.name): sample more groups until "
+                                      "grpo.batch_size groups have non-constant returns (a constant group has no "
+                                      "advantage), at most dynamic_sampling_max_tries samplings per step; short "
+                                      "of that, the step trains on what it has, constant groups filling the rest.")
+    dynamic_sampling_max_tries: int = F(4, "Samplings per step grpo.dynamic_sampling may take, the first "
+                                           "included.", ge=1, le=64)
     stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by "
                                                      "default).", factory=StreamMinibatchConfig)
     async_: AsyncConfig = F(help="Async off-policy training, `grpo.async` (off by default).", factory=AsyncConfig)
@@ -85,6 +113,8 @@ def section_checks(c: StageChecks) -> None:
 def checks(c: StageChecks) -> None:
     _check_sampling(c)
     _check_baseline_mode(c)
+    _check_loss(c)
+    _check_dynamic_sampling(c)
     g = c.get
     if g("grpo.adaptive_kl") is True and is_number(g("grpo.kl_penalty_coef")) and g("grpo.kl_penalty_coef") == 0:
         c.error("grpo.adaptive_kl", "adaptive_kl adjusts grpo.kl_penalty_coef, which is 0; set an initial coefficient "
@@ -101,6 +131,21 @@ def checks(c: StageChecks) -> None:
     gs = g("grpo.group_size")
     if isinstance(gs, int) and gs > 16:
         c.warning("grpo.group_size", f"{gs} is above the recommended 2-16; every prompt costs {gs} completions")
+
+
+def _check_dynamic_sampling(c: StageChecks) -> None:
+    """grpo.dynamic_sampling refills a step with new groups, which only rlft's own episode loop can do: TRL's
+    trainer samples one fixed batch of prompts per step, and async/streaming hand batches over before they are
+    scored."""
+    if c.get("grpo.dynamic_sampling") is not True:
+        return
+    if not c.get("env.name"):
+        c.error("grpo.dynamic_sampling", "implemented on the multi-turn episode loop (env.name) only: single-turn GRPO "
+                "runs TRL's trainer, which samples one fixed batch of prompts per step; there, "
+                "grpo.remove_constant_reward_groups leaves constant groups out of the loss (without refilling)")
+    elif isinstance(c.get("grpo.async.max_steps_off_policy"), int) and c.get("grpo.async.max_steps_off_policy") > 0:
+        c.error("grpo.dynamic_sampling", "not with grpo.async: the sampler hands batches ahead of the learner, "
+                "before their groups are scored; turn one of them off")
 
 
 def _check_generations(c: StageChecks) -> None:
@@ -187,62 +232,94 @@ def trl_unread(c: StageChecks) -> str | None:
     return None
 
 
-# TRL loss types that are PPO's clipped surrogate with another average over tokens: they keep what grpo.loss_fn sets
-AGGREGATING_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# TRL's loss_type -> the rlft keys that say the same (grpo.loss_agg's token_mean is TRL's dapo: rlft's default)
+TRL_LOSS_TYPES = {"dapo": "grpo.loss_agg: token_mean", "bnpo": "grpo.loss_agg: token_mean",
+                  "grpo": "grpo.loss_agg: seq_mean_token_mean", "dr_grpo": "grpo.loss_agg: seq_mean_token_sum_norm",
+                  "cispo": "grpo.loss_fn: cispo (its cap: grpo.clip_high)"}
+# TRL options of the policy loss that rlft models: the rlft key to set instead, and a note on the mapping
+TRL_LOSS_KEYS = {
+    "epsilon": ("grpo.clip_low", " (or grpo.clip_range, both sides)"),
+    "epsilon_high": ("grpo.clip_high", " (DAPO's clip-higher; CISPO's cap is 1 + grpo.clip_high)"),
+    "delta": ("grpo.clip_ratio_c", " (dual-clip: TRL's delta caps the ratio at the same value)"),
+    "importance_sampling_level": ("grpo.is_level", ""),
+    "scale_rewards": ("grpo.baseline_mode", " (group: group_mean_std; batch: group_mean_batch_std; none: "
+                                            "group_mean)"),
+    "mask_truncated_completions": ("grpo.mask_truncated", ""),
+}
 
 
 def trl_checks(c: StageChecks) -> None:
-    """`trl:` keys that fight what rlft sets from grpo.loss_fn (rlft/stages/grpo/runner.py: a clipped loss sets TRL's
-    epsilon = grpo.clip_range; `importance_sampling` sets epsilon 1.0, epsilon_high 1e9, i.e. never clipped) or
-    from grpo.generation_backend; TRL's own options read only with another loss_type or vLLM."""
+    """`trl:` keys of the policy loss, which rlft models (grpo.loss_fn, loss_agg, clip_*, is_level, baseline_mode,
+    mask_truncated; rlft/stages/grpo/runner.py maps them onto TRL's, and rlft's episode loop computes the same loss
+    from them): each refused naming the rlft key; TRL's own options read only with a loss or backend rlft does
+    not choose."""
     extra = trl_options(c)
     if not extra:
         return
-    loss, clip = c.get("grpo.loss_fn"), c.get("grpo.clip_range")
-    clipped = loss in CLIPPED_POLICY_LOSSES
-    unclipped = (f"grpo.loss_fn is `{loss}`, which never clips the ratio (rlft sets TRL's epsilon 1.0 and "
-                 f"epsilon_high 1e9 for it)")
-    if "epsilon" in extra and not clipped:
-        c.error("trl.epsilon", f"{unclipped}, and sets TRL's epsilon itself; for a clipped loss set grpo.loss_fn: ppo "
-                "and grpo.clip_range instead")
-    if "epsilon_high" in extra and not clipped:
-        c.error("trl.epsilon_high", f"{unclipped}: trl.epsilon_high would clip it to [0, 1 + {extra['epsilon_high']}], "
-                "not DAPO's [1 - eps, 1 + eps_high]; for an asymmetric clip set grpo.loss_fn: ppo with grpo.clip_range "
-                "(the low side, e.g. 0.2) and keep trl.epsilon_high (e.g. 0.28)")
-    if "delta" in extra and not clipped:
-        c.error("trl.delta", f"{unclipped}: trl.delta (two-sided clipping's cap on PPO's clipped ratio) would cap it "
-                "at delta instead; set grpo.loss_fn: ppo to use it, or drop it")
     lt = extra.get("loss_type")
-    if lt == "cispo" and not clipped:
-        c.error("trl.loss_type", f"cispo caps the importance weight at TRL's epsilon_high, and {unclipped}: the cap "
-                "would be 1e9; set grpo.loss_fn: ppo and trl.epsilon_high to the cap (ScaleRL's eps_max 5.0)")
-    elif lt == "cispo" and "epsilon_high" not in extra:
-        c.error("trl.loss_type", f"cispo caps the importance weight at TRL's epsilon_high, which defaults to "
-                f"epsilon = grpo.clip_range ({clip}) under grpo.loss_fn: {loss}: a cap below 1; set trl.epsilon_high "
-                "to the cap (ScaleRL's eps_max 5.0)")
-    elif lt in ("sapo", "vespo"):
-        c.error("trl.loss_type", f"{lt} replaces the policy loss that grpo.loss_fn ({loss}) chooses and reads none of "
-                f"the clip rlft sets from it, so grpo.loss_fn and grpo.clip_range would be ignored; rlft has no {lt} "
-                f"loss: drop it, or keep grpo.loss_fn with a trl.loss_type among {', '.join(AGGREGATING_LOSS_TYPES)} "
-                "(how the per-token losses are averaged) or cispo")
+    if "loss_type" in extra:
+        same = TRL_LOSS_TYPES.get(lt)
+        hint = (f"; did you mean `{same}`?" if same else
+                f"; rlft has no {lt} loss: grpo.loss_fn is one of {', '.join(POLICY_LOSSES)} and grpo.loss_agg one "
+                f"of {', '.join(LOSS_AGGREGATIONS)}")
+        c.error("trl.loss_type", f"rlft sets TRL's loss_type from grpo.loss_fn and grpo.loss_agg (the same loss on "
+                f"every GRPO path){hint}")
+    for key, (rlft_key, note) in TRL_LOSS_KEYS.items():
+        if key in extra:
+            c.error(f"trl.{key}", f"rlft sets TRL's {key} from its own keys (the same loss on every GRPO path); did "
+                    f"you mean `{rlft_key}`?{note}")
     for key in extra:
         own = key.partition("_")[0]
-        if own in ("sapo", "vespo") and lt != own:
-            c.error(f"trl.{key}", f"read only by trl.loss_type: {own}, and trl.loss_type is "
-                    f"{lt or 'unset (TRL default: dapo)'}; drop it")
-    if extra.get("importance_sampling_level") == "sequence":
-        if not clipped:
-            c.error("trl.importance_sampling_level", f"sequence (GSPO) is a clipped objective, and {unclipped}; set "
-                    "grpo.loss_fn: ppo with grpo.clip_range at GSPO's scale (its paper: 3e-4, trl.epsilon_high 4e-4)")
-        elif is_number(clip) and clip > 0.01:
-            c.warning("trl.importance_sampling_level", f"a sequence-level ratio (GSPO: the geometric mean of the "
-                      f"tokens' ratios) moves far less than a token's, so grpo.clip_range {clip} barely clips it; "
-                      "GSPO's paper clips at 3e-4 (grpo.clip_range) and 4e-4 (trl.epsilon_high)")
+        if own in ("sapo", "vespo"):
+            c.error(f"trl.{key}", f"read only by TRL's loss_type {own}, a loss rlft does not offer (grpo.loss_fn: "
+                    f"{', '.join(POLICY_LOSSES)}); drop it")
     if c.get("grpo.generation_backend") != "vllm":
         for key in extra:
             if key.startswith("vllm_") and key != "vllm_mode":  # vllm_mode: set grpo.vllm_mode (trl_modeled)
                 c.error(f"trl.{key}", f"read only when vLLM samples, and grpo.generation_backend is "
                         f"`{c.get('grpo.generation_backend')}`; set grpo.generation_backend: vllm, or drop it")
+
+
+def _check_loss(c: StageChecks) -> None:
+    """Keys the chosen loss does not read are refused (a strict config never accepts what it ignores), and the
+    settings TRL could not compute the same way on single-turn GRPO."""
+    g = c.get
+    loss, high, cap = g("grpo.loss_fn"), g("grpo.clip_high"), g("grpo.clip_ratio_c")
+    if loss == "importance_sampling":
+        for key in ("grpo.clip_low", "grpo.clip_high", "grpo.clip_ratio_c"):
+            if g(key) is not None:
+                c.error(key, "grpo.loss_fn is `importance_sampling`, which never clips the ratio, so "
+                        f"{key} would be ignored; set grpo.loss_fn: ppo (a clipped ratio) or drop {key}")
+    elif loss == "cispo":
+        if g("grpo.clip_low") is not None:
+            c.error("grpo.clip_low", "grpo.loss_fn is `cispo`, which caps its importance weight from above only "
+                    "(1 + grpo.clip_high); drop grpo.clip_low")
+        if cap is not None:
+            c.error("grpo.clip_ratio_c", "grpo.loss_fn is `cispo`, whose capped weight carries no gradient, so "
+                    "dual-clip has nothing to cap; drop grpo.clip_ratio_c (or set grpo.loss_fn: ppo)")
+        if g("grpo.loss_agg") not in (None, "token_mean"):
+            c.error("grpo.loss_agg", f"grpo.loss_fn is `cispo`, which TRL averages over tokens only (its loss_type "
+                    f"cispo), so `{g('grpo.loss_agg')}` would not hold on single-turn GRPO; set grpo.loss_agg: "
+                    "token_mean")
+        if high is None:
+            c.warning("grpo.clip_high", f"grpo.loss_fn is `cispo` and its cap 1 + grpo.clip_high falls back to 1 + "
+                      f"grpo.clip_range ({g('grpo.clip_range')}); CISPO caps far higher (ScaleRL: 5.0, "
+                      "grpo.clip_high: 4.0)")
+    if loss == "ppo" and is_number(cap):
+        top = high if is_number(high) else g("grpo.clip_range")
+        if is_number(top) and cap <= 1 + top:
+            c.error("grpo.clip_ratio_c", f"{cap} must exceed the upper clip 1 + grpo.clip_high (or clip_range) = "
+                    f"{1 + top:g}: dual-clip caps the loss of ratios far above it (3.0 typical)")
+    if g("grpo.is_level") == "sequence" and loss == "ppo":
+        low = g("grpo.clip_low") if is_number(g("grpo.clip_low")) else g("grpo.clip_range")
+        if is_number(low) and low > 0.01:
+            c.warning("grpo.is_level", f"a sequence-level ratio (GSPO: the geometric mean of the tokens' ratios) "
+                      f"moves far less than a token's, so a clip of {low} barely clips it; GSPO's paper clips at "
+                      "3e-4 (grpo.clip_low) and 4e-4 (grpo.clip_high)")
+    if g("grpo.mask_truncated") is True and g("env.name"):
+        c.error("grpo.mask_truncated", "with env.name rlft's episode loop trains whole episodes and does not "
+                "mask the turns cut at grpo.max_tokens out of the loss (TRL's masking is single-turn); drop "
+                "grpo.mask_truncated (single-turn GRPO only)")
 
 
 def file_checks(c: StageChecks) -> None:
@@ -330,7 +407,25 @@ def overlap_note(cfg) -> str | None:
 def model_card(cfg) -> list[str]:
     g = cfg.grpo
     return [f"- GRPO: {g.batch_size} prompts x {g.group_size} completions per generation, baseline "
-            f"`{g.baseline_mode}`, KL coefficient {g.kl_penalty_coef:g} ({g.kl_penalty_mode})"]
+            f"`{g.baseline_mode}`, KL coefficient {g.kl_penalty_coef:g} ({g.kl_penalty_mode})",
+            f"- policy loss: {loss_note(g)}"]
+
+
+def loss_note(g) -> str:
+    """The policy loss as grpo.* sets it, in one line (model card)."""
+    low = g.clip_low if g.clip_low is not None else g.clip_range
+    high = g.clip_high if g.clip_high is not None else g.clip_range
+    parts = [f"`{g.loss_fn}`", f"`{g.loss_agg}`"]
+    if g.loss_fn == "ppo":
+        dual = f", dual-clip {g.clip_ratio_c:g}" if g.clip_ratio_c else ""
+        parts.append(f"clip [1 - {low:g}, 1 + {high:g}]{dual}")
+    elif g.loss_fn == "cispo":
+        parts.append(f"weight capped at {1 + high:g}")
+    if g.is_level == "sequence":
+        parts.append("sequence-level ratio (GSPO)")
+    if g.mask_truncated:
+        parts.append("truncated completions masked")
+    return ", ".join(parts)
 
 
 def micro_batch(cfg, world: int) -> int:
@@ -376,6 +471,8 @@ SPEC = StageSpec(
     trl_modeled=(("num_generations", "grpo.group_size"), ("temperature", "grpo.temperature"),
                  ("top_p", "grpo.top_p"), ("max_completion_length", "grpo.max_tokens"),
                  ("beta", "grpo.kl_penalty_coef"), ("epsilon", "grpo.clip_range"),
+                 ("epsilon_high", "grpo.clip_high"), ("delta", "grpo.clip_ratio_c"), ("loss_type", "grpo.loss_agg"),
+                 ("importance_sampling_level", "grpo.is_level"), ("mask_truncated_completions", "grpo.mask_truncated"),
                  ("num_iterations", "grpo.ppo_epochs"), ("steps_per_generation", "grpo.num_substeps"),
                  ("scale_rewards", "grpo.baseline_mode"), ("reward_weights", "rewards[].weight"),
                  ("generation_batch_size", "grpo.batch_size"), ("use_vllm", "grpo.generation_backend"),
@@ -392,7 +489,7 @@ SPEC = StageSpec(
              "completions/max_terminated_length", *TRAIN_METRICS),
     console=("reward", "kl_policy_ref", "entropy", "completion_length", "loss"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "all_groups_constant",
-                  "sampler_learner_mismatch"),
+                  "sampler_learner_mismatch", "truncated"),
     resume_breaking=("grpo.group_size", "grpo.batch_size", "grpo.num_substeps"),
     steps_per_generation=steps_per_generation,
     checks=checks, section_checks=section_checks, file_checks=file_checks, explain=explain, model_card=model_card,

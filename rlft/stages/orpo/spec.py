@@ -17,8 +17,9 @@ class ORPOConfig:
     beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)
-    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens; null = the "
-                                                 "longest chosen answer in the data, at most max_length.", ge=1)
+    eval_max_new_tokens: Optional[int] = F(None, "Longest answer the reward eval samples, in tokens "
+                                                 "(eval.max_new_tokens, when set, wins); null = the longest chosen "
+                                                 "answer in the data, at most max_length.", ge=1)
 
 
 def model_card(cfg) -> list[str]:

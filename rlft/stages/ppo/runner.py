@@ -77,22 +77,24 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     return factory, guard, train, evals
 
 
-def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite, completions=None):
-    """`(policy, step=None) -> {"reward_mean", ...}`: one fresh sample per evaluation prompt with PPO's sampling
-    settings and a fixed seed, or None when data.eval_prompts is 0; with a step the samples go to
-    `completions`."""
-    from rlft.rollout import EVAL_SEED_OFFSET, SamplingParams, evaluation
+def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite, completions=None, extra_suite=None):
+    """`(policy, step=None) -> {"reward_mean", ...}`: fresh samples per evaluation prompt (`eval:` over PPO's
+    defaults: one sample at PPO's sampling settings) through the same code as GRPO's eval, or None when
+    data.eval_prompts is 0; with a step the samples go to `completions`."""
+    from rlft.rollout import stage_evaluation
     from rlft.stages.prompt_data import eval_rows
 
     rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
-    if not rows:
-        return None
-    prompts = [r["prompt"] for r in rows]
-    columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in ("prompt", "prompt_id")}
+    return stage_evaluation(cfg, rows, tokenizer, suite, ppo_eval_defaults(cfg), cfg.ppo.batch_size, completions,
+                            extra_suite, skip_columns=("prompt", "prompt_id"))
+
+
+def ppo_eval_defaults(cfg: RlftConfig):
+    """PPO's own eval settings (what `eval:` keys left null keep): one sample per prompt, as PPO samples."""
+    from rlft.config.eval_sampling import EvalSettings
+
     p = cfg.ppo
-    params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_tokens,
-                            batch_size=p.batch_size, seed=cfg.train.seed + EVAL_SEED_OFFSET)
-    return evaluation(tokenizer, suite, prompts, columns, 1, params, completions)
+    return EvalSettings(n=1, max_new_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p)
 
 
 def policy_with_value_head(cfg: RlftConfig, kl_coef: float):
@@ -123,7 +125,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     from rlft.models.loading import load_policy_tokenizer
-    from rlft.stages.prompt_data import prepare_prompt_data, reward_suite
+    from rlft.stages.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
     suite = None  # with an environment the env's step rewards are the rewards
@@ -136,7 +138,9 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         env_factory, env_guard, train_rows, evals = env_setup(cfg, composed)
     else:
         dataset = prepare_prompt_data(cfg, tokenizer, suite)
-        train_rows, evaluation = dataset.to_list(), ppo_evaluation(cfg, dataset, tokenizer, suite)
+        train_rows = dataset.to_list()
+        evaluation = ppo_evaluation(cfg, dataset, tokenizer, suite,
+                                    extra_suite=eval_reward_suite(cfg, composed))
     with RunContext(cfg, composed, opts) as ctx:
         from rlft.trainers.ppo import RlftPPOTrainer
 

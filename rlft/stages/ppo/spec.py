@@ -26,6 +26,17 @@ class PPOConfig:
                                             "probability ratio exploded cannot dominate the batch. null = off.", gt=1)
     cliprange_value: float = F(0.2, "Clip of the value prediction around its rollout value, in reward units.", gt=0)
     vf_coef: float = F(0.5, "Value-function loss coefficient.", ge=0)
+    critic_warmup: int = F(0, "Updates at the start that train only the value head (verl's critic_warmup, OpenRLHF's "
+                              "critic.freezing_steps): episodes are sampled and scored as usual, but the policy "
+                              "loss and entropy bonus are off, the policy's weights and their optimizer state are "
+                              "left alone and the KL controller holds; they count toward num_episodes and the "
+                              "learning-rate schedule. For PPO from a policy that already succeeds (after SFT, "
+                              "ORPO), so its first policy updates meet a critic that knows the returns. 0 = off.",
+                       ge=0)
+    value_init: str = F("zero", "The value head's starting bias: `zero`, or `first_batch_mean` = the first "
+                                "update's mean discounted return per action token (in scale_returns' units), so "
+                                "a critic of a policy that already earns its reward does not start at 0 (a "
+                                "resumed run keeps its checkpoint's head).", choices=["zero", "first_batch_mean"])
     scale_returns: bool = F(True, "Divide every reward by the running standard deviation of episode returns (all "
                                   "updates so far) when it is above 1, so the critic fits targets of about unit "
                                   "spread and vf_coef 0.5 works for returns of tens of units (the tool-use "
@@ -83,6 +94,14 @@ def checks(c: StageChecks) -> None:
     if isinstance(g("train.max_steps"), int) and g("train.max_steps") > 0:
         c.warning("train.max_steps", "has no effect on PPO, which counts episodes: set ppo.num_episodes "
                   "(updates = num_episodes / ppo.batch_size)")
+    warm = g("ppo.critic_warmup")
+    if isinstance(warm, int) and warm > 0:
+        ne = g("ppo.num_episodes")
+        if isinstance(ne, int) and isinstance(pb, int) and pb > 0 and warm >= -(-ne // pb):
+            c.error("ppo.critic_warmup", f"ppo.critic_warmup ({warm}) must be below the run's "
+                    f"{-(-ne // pb)} update(s) (ppo.num_episodes / ppo.batch_size), or the policy is never trained")
+        if is_number(g("ppo.vf_coef")) and g("ppo.vf_coef") == 0:
+            c.warning("ppo.critic_warmup", "with ppo.vf_coef 0 the warm-up updates train nothing")
     if g("ppo.value_model") == "separate":
         c.error("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
                 "(a value head on the policy's backbone)")
@@ -163,9 +182,9 @@ SPEC = StageSpec(
     metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
              "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
              "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
-             "value_mean", "return_scale", *ONLINE_METRICS, *TRAIN_METRICS),
+             "value_mean", "return_scale", "critic_warmup", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
-    health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse"),
+    health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     total_steps=total_updates, steps_per_generation=lambda cfg: 1,  # one rollout per update
     checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,

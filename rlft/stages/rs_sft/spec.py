@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KEEP_RULES
-from rlft.config.stagespec import (SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS, StageSpec,
-                                   sample_then_sft_profile, sft_trl_checks)
+from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
+                                   StageSpec, sample_then_sft_profile, sft_trl_checks)
 
 
 @dataclass
@@ -45,6 +45,7 @@ SPEC = StageSpec(
     metrics=(*SAMPLED_SFT_METRICS, "kept_fraction", "kept_count", "kept_reward_mean", "loss",
              "entropy", "mean_token_accuracy", "num_tokens", *TRAIN_METRICS),
     console=("round", "sampled_reward_mean", "kept_fraction", "loss"),
+    health_rules=(*BASE_HEALTH, "truncated"),
     resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
     explain=explain, memory=sample_then_sft_profile,
 )
