@@ -23,3 +23,23 @@ def test_recipe_learns_the_demo(recipe, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     # the demo's own threshold (tests/test_e2e_grpo.py): the held-out eval at the end
     assert summary["eval"]["end"]["reward_mean"] > 0.9, (recipe, summary["eval"])
+
+
+# the recipes that change the episode loop's math most: the aggregation (a constant normaliser), the ratio's level
+# (one ratio per episode, a 3e-4 clip) and the clipped IS weight
+@pytest.mark.parametrize("recipe", ["dr_grpo", "gspo", "cispo"])
+def test_recipe_learns_the_tool_use_demo(recipe, tmp_path):
+    import statistics
+
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/tool_use_grpo.yaml", "-c",
+                  f"configs/recipes/{recipe}.yaml", f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "episode_return" in r]
+    assert len(rows) == 40
+    first = statistics.fmean(r["success_rate"] for r in rows[:10])
+    last = statistics.fmean(r["success_rate"] for r in rows[-10:])
+    # the demo's own thresholds (tests/test_e2e_episodes.py::test_tool_use_grpo_learns)
+    assert last > first + 0.4, (recipe, first, last)
+    ev = json.loads((out / "summary.json").read_text())["eval"]
+    assert ev["end"]["success_rate"] > ev["start"]["success_rate"] + 0.5, (recipe, ev)

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rlft.rewards import builtin
+from rlft.rewards import builtin, math_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -53,6 +53,7 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
     "length_penalty": builtin.length_penalty,
     "overlong_penalty": builtin.overlong_penalty,
     "char_fraction": builtin.char_fraction,
+    "math_answer": math_answer.math_answer,  # an optional extra: rlft[math]
 }
 
 # how custom specs look, repeated in errors so the fix is obvious
@@ -269,7 +270,7 @@ def check_reward_spec(spec: str, base_dir: str | Path | None = None) -> str | No
         spec = spec.strip()
         if not _is_custom(spec):
             _resolve_builtin(spec)
-            return None
+            return math_answer.missing_package() if spec == "math_answer" else None
         module_part, _, attr_path = spec.rpartition(":")
         module_part, attr_path = module_part.strip(), attr_path.strip()
         if not module_part or not attr_path:
