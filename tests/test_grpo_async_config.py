@@ -7,7 +7,7 @@ from test_cli_validate import _in_tmp, cli, one_error  # noqa: F401 - the fixtur
 
 from rlft.config import load_config
 from rlft.config.schema import to_dict
-from rlft.stages.grpo.runner import grpo_batch_layout
+from rlft.stages.grpo.layout import grpo_batch_layout
 
 DEMO = ["--stage", "grpo", "--hw", "cpu", "-c"]
 

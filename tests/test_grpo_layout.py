@@ -4,7 +4,7 @@ import pytest
 
 from rlft.config import load_config
 from rlft.run import RunError
-from rlft.stages.grpo.runner import grpo_batch_layout
+from rlft.stages.grpo.layout import grpo_batch_layout
 
 
 def _cfg(*overrides):

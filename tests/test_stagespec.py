@@ -74,7 +74,7 @@ def test_a_new_spec_is_all_the_layers_need(monkeypatch):
     from rlft.monitor.health import evaluate_rules
     from rlft.monitor.metrics import normalise
     from rlft.stages import get_runner
-    from rlft.stages.grpo.runner import grpo_batch_layout
+    from rlft.stages.grpo.layout import grpo_batch_layout
 
     _with_toy_stage(monkeypatch)
     assert get_runner("toy") is grpo_batch_layout

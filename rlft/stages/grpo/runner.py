@@ -13,26 +13,7 @@ from rlft.config.schema import RlftConfig
 from rlft.run import RunError, RunOptions
 from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
 from rlft.stages.prompt_data import eval_reward_suite
-
-
-def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
-    """rlft's batch_size / group_size / num_substeps as TRL's micro-batch, accumulation and
-    steps_per_generation: one generation of batch_size x group_size completions, split into
-    num_substeps optimizer steps, each accumulated over micro-batches of at most
-    train.per_device_train_batch_size completions per process."""
-    g = cfg.grpo
-    total = g.batch_size * g.group_size
-    per_substep = total // g.num_substeps
-    if per_substep % num_processes:
-        raise RunError(f"grpo.batch_size x grpo.group_size / grpo.num_substeps = {per_substep} completions per "
-                       f"optimizer step cannot be split over {num_processes} processes")
-    per_process = per_substep // num_processes
-    # streaming hands each substep over in num_minibatches pieces: a micro-batch never spans two of them
-    per_piece = per_process // (g.stream_minibatch.num_minibatches or 1)
-    micro = max(d for d in range(1, min(cfg.train.per_device_train_batch_size, per_piece) + 1) if per_piece % d == 0)
-    accum = per_process // micro
-    return dict(per_device_train_batch_size=micro, gradient_accumulation_steps=accum,
-                steps_per_generation=g.num_substeps * accum, num_generations=g.group_size)
+from rlft.stages.grpo.layout import eval_every, grpo_batch_layout  # noqa: F401 - re-exported
 
 
 # rlft's baseline -> TRL's scale_rewards (TRL's advantages are replaced by rlft's; this keeps its logging in step)
@@ -176,14 +157,6 @@ def grpo_trainer_class(cfg: RlftConfig):
     from rlft.trainers.grpo_async import AsyncGRPOTrainer
 
     return AsyncGRPOTrainer
-
-
-def eval_every(cfg: RlftConfig) -> int:
-    """Steps between evaluations during training (0: only at the start and the end)."""
-    g = cfg.grpo
-    if g.eval_every is not None:
-        return g.eval_every
-    return max(10, max(cfg.train.max_steps, 0) // 5)
 
 
 def grpo_evaluation(cfg: RlftConfig, rows: list[dict], tokenizer, suite, completions=None, extra_suite=None):

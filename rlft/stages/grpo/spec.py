@@ -353,7 +353,7 @@ def steps_per_generation(cfg) -> int:
 
 
 def explain(cfg) -> list[str]:
-    from rlft.stages.grpo.runner import eval_every  # pure arithmetic
+    from rlft.stages.grpo.layout import eval_every
 
     notes = ["# " + layout_note(cfg)]
     every = eval_every(cfg)
@@ -431,7 +431,7 @@ def loss_note(g) -> str:
 def micro_batch(cfg, world: int) -> int:
     """Completions per training forward/backward on one of `world` processes, as the runner lays them out."""
     from rlft.run import RunError
-    from rlft.stages.grpo.runner import grpo_batch_layout  # pure arithmetic; the runner raises RunError
+    from rlft.stages.grpo.layout import grpo_batch_layout
 
     try:
         return grpo_batch_layout(cfg, world)["per_device_train_batch_size"]

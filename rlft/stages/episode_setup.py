@@ -1,0 +1,80 @@
+"""What the two stages that train on episodes with rlft's own PPO loop (PPO, and GRPO with `env.name`) set up
+alike: the environment with its failure guard and task rows, and the policy with a value head beside its KL
+reference. Shared here so neither stage folder imports the other."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlft.config.compose import Composed
+from rlft.run import RunError
+
+if TYPE_CHECKING:
+    from rlft.config.schema import RlftConfig
+
+
+def env_setup(cfg: RlftConfig, composed: Composed):
+    """(env factory, failure guard, train rows, eval rows) for multi-turn episodes; every problem is a
+    RunError (exit 2) raised before the run folder exists. The factory builds one SafeEnv per call."""
+    from rlft.envs import EnvResolveError, resolve_env_class
+    from rlft.envs.safe import EnvGuard, SafeEnv
+    from rlft.rewards.registry import module_search_dir
+
+    e = cfg.env
+    try:
+        cls = resolve_env_class(e.name, module_search_dir(e.name, composed.dir_of("env")) or composed.dir_of("env"))
+    except EnvResolveError as exc:
+        raise RunError(f"env.name: {exc}") from None
+    try:
+        cls(**e.kwargs)  # bad kwargs fail here, with the env's own message
+    except Exception as exc:  # noqa: BLE001 - user code: any error is a config problem
+        raise RunError(f"env.kwargs: {e.name} could not be built with {e.kwargs}: "
+                       f"{type(exc).__name__}: {exc}") from None
+
+    def rows_of(path: str | None, source: str) -> list[dict]:
+        if not path:
+            return [{"task_id": i} for i in range(e.num_tasks)]
+        from rlft.data import DataError
+        from rlft.data.load import load_table
+
+        try:
+            rows = load_table(path).to_list()
+        except DataError as exc:
+            raise RunError(str(exc)) from None
+        if not rows:
+            raise RunError(f"{source}: {path} has no rows")
+        return [{"prompt_id": i, **r} for i, r in enumerate(rows)]
+
+    train = rows_of(cfg.data.train, "data.train")
+    if cfg.data.max_samples:
+        train = train[:cfg.data.max_samples]
+    evals = (rows_of(cfg.data.eval, "data.eval") if cfg.data.eval else train)[:cfg.data.eval_prompts]
+
+    guard = EnvGuard(e.name, cfg.monitor.max_reward_failure_fraction)
+
+    def factory() -> SafeEnv:  # Ctrl-C never waits on a hung step: the guard's abort check is set by the run
+        return SafeEnv(cls(**e.kwargs), e.name, timeout_s=e.step_timeout_s, failure_reward=e.failure_reward,
+                       should_abort=lambda: guard.should_abort())
+
+    return factory, guard, train, evals
+
+
+def policy_with_value_head(cfg: RlftConfig, kl_coef: float):
+    """(the policy with LoRA and a value head on its last hidden state, the frozen KL reference or None when
+    the adapter-disabled policy is it)."""
+    from peft import get_peft_model
+
+    from rlft.models.loading import load_policy, load_reference, lora_config
+    from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
+
+    model = load_policy(cfg)
+    if cfg.train.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    peft_cfg = lora_config(cfg, model)
+    policy = get_peft_model(model, peft_cfg) if peft_cfg is not None else model
+    wrapped = PolicyWithValueHead(policy, hidden_size_of(model))
+    ref = load_reference(cfg) if kl_coef > 0 else None
+    if ref is None and not hasattr(policy, "disable_adapter") and kl_coef > 0:
+        # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
+        ref = load_policy(cfg).eval().requires_grad_(False)
+    return wrapped, ref
