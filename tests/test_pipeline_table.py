@@ -18,6 +18,22 @@ def record(index, stage, start, end, eval_set="same", status="finished", steps=2
     return {"index": index, "name": stage, "stage": stage, "status": status, "steps": steps, "eval": ev}
 
 
+def test_a_drop_within_the_evals_noise_does_not_warn():
+    """Two standard errors of the difference (std over prompts / sqrt(prompts), each eval): 16 prompts with a
+    spread of 0.08 give 2 * hypot(0.02, 0.02) = 0.057, so 0.97 -> 0.95 is noise and 0.97 -> 0.90 is a drop."""
+    def noisy(index, stage, start, end):
+        rec = record(index, stage, start, end, prompt_std=0.08, prompts=16)
+        rec["eval"]["start"].update(prompt_std=0.08, prompts=16)
+        return rec
+
+    assert stage_warnings([noisy(1, "awr", 0.5, 0.97), noisy(2, "grpo", 0.97, 0.95)]) == [[], []]
+    assert stage_warnings([noisy(1, "awr", 0.5, 0.97), noisy(2, "grpo", 0.97, 0.90)]) == [[], [
+        "eval reward fell within the stage: 0.97 at the start, 0.9 at the end",
+        "eval reward ended below the stage before: 0.9 here, 0.97 at the end of awr"]]
+    # without the spread recorded (an older summary.json) every drop counts, as before
+    assert stage_warnings([record(1, "grpo", 0.97, 0.95)]) != [[]]
+
+
 def test_a_stage_that_ends_below_its_start_warns_with_both_numbers():
     assert stage_warnings([record(1, "grpo", 0.5, 0.25)]) == [
         ["eval reward fell within the stage: 0.5 at the start, 0.25 at the end"]]

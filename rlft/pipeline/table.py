@@ -79,6 +79,21 @@ def eval_numbers(record: dict) -> tuple[float | None, float | None]:
             _number(_mapping(ev.get("end")).get("reward_mean")))
 
 
+def standard_error(record: dict, part: str) -> float:
+    """The standard error of a stage's eval mean (`part`: start or end) over its prompts: the std over prompts of
+    each prompt's mean / sqrt(prompts); 0 when the eval did not record them (every drop then counts)."""
+    block = _mapping(_mapping(record.get("eval")).get(part))
+    std, prompts = _number(block.get("prompt_std")), _number(block.get("prompts"))
+    return std / math.sqrt(prompts) if std is not None and prompts and prompts > 0 else 0.0
+
+
+def fell(before: float, after: float, se_before: float, se_after: float) -> bool:
+    """A drop beyond sampling noise: more than two standard errors of the difference of the two means (any drop
+    when neither records its spread). A stage that starts where the last one ended at 0.97 and ends at 0.965 on 16
+    prompts has not regressed."""
+    return before - after > 2.0 * math.hypot(se_before, se_after)
+
+
 def _eval_set(record: dict) -> str | None:
     found = _mapping(_mapping(record.get("eval")).get("end")).get("eval_set")
     return found if isinstance(found, str) else None
@@ -119,14 +134,16 @@ def stage_warnings(records: list[dict]) -> list[list[str]]:
     for record in records:
         start, end = eval_numbers(record)
         warnings = []
-        if start is not None and end is not None and end < start:
+        if start is not None and end is not None and fell(start, end, standard_error(record, "start"),
+                                                          standard_error(record, "end")):
             warnings.append(f"eval reward fell within the stage: {start:.4g} at the start, {end:.4g} at the end")
         if previous is not None and end is not None:
             before = eval_numbers(previous)[1]
             differs = not_comparable(previous, record)
             if differs is not None:
                 warnings.append(differs)
-            if before is not None and differs is None and end < before:
+            if before is not None and differs is None and fell(before, end, standard_error(previous, "end"),
+                                                               standard_error(record, "end")):
                 warnings.append(f"eval reward ended below the stage before: {end:.4g} here, {before:.4g} at the end "
                                 f"of {previous.get('name') or previous.get('stage')}")
         out.append(warnings)
