@@ -144,7 +144,7 @@ DEMOS: dict[str, Demo] = {
                      "test_pipeline.py::test_pipeline_demo_runs"),
     "kl_ppo": Demo(_pipeline("pipeline_ppo_demo.yaml"), lambda d: kl_run(d, "pipeline_ppo_demo", "03-ppo"),
                    {"kl_max_window3": ("<", 0.3), "kl_max": ("<", 0.3), "kl_last20": ("<", 0.15),
-                    "reward_gain": (">", 0.03), "eval_gain": (">", 0.05)},
+                    "reward_gain": (">", 0.03), "eval_gain": (">", 0.03)},
                    "test_e2e_kl_control.py::test_ppo_demo_with_kl_on"),
     "kl_grpo": Demo(_pipeline("pipeline_demo.yaml", *KL_GRPO), lambda d: kl_run(d, "pipeline_demo", "03-grpo"),
                     {"kl_max_window3": ("<", 0.3), "kl_max": ("<", 0.3), "reward_gain": (">", 0.05),

@@ -35,9 +35,10 @@ def _check_kl_held(run, stage_summary, eval_gain, reward_gain, step_kl_max=0.3) 
 @pytest.mark.e2e
 def test_ppo_demo_with_kl_on(tmp_path):
     """Thresholds below the worst of seeds 1, 2, 3 x kernels avx2 and default (scripts/bench_demos.py --demos
-    kl_ppo): a single update's KL at most 0.066-0.190, last 20 updates 0.052-0.092, eval gain 0.081-0.286,
-    training reward gain 0.050-0.197; seed 42: KL at most 0.194, eval 0.447 -> 0.667, coefficient 0.05 -> 0.026
-    -> 0.064. At lr 5e-4 the step size keeps the KL near the target; the controller trims the coefficient."""
+    kl_ppo): a single update's KL at most 0.066-0.190, last 20 updates 0.052-0.092, eval gain 0.045-0.215 (under
+    the pipeline's shared `eval:`: 8 samples per prompt at temperature 0.8), training reward gain 0.050-0.197;
+    seed 42 (before the shared eval): KL at most 0.194, eval 0.447 -> 0.667, coefficient 0.05 -> 0.026 -> 0.064.
+    At lr 5e-4 the step size keeps the KL near the target; the controller trims the coefficient."""
     res = run_cli("pipeline", "run", EXAMPLES / "pipeline_ppo_demo.yaml", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_ppo_demo"
@@ -45,7 +46,7 @@ def test_ppo_demo_with_kl_on(tmp_path):
     assert [s["stage"] for s in stages] == ["orpo", "awr", "ppo"]
     saved = (root / "03-ppo" / "config.yaml").read_text()
     assert "ref: init" in saved and "target_kl: 0.1 " in saved and "adaptive_kl: true" in saved
-    kls, _ = _check_kl_held(root / "03-ppo", stages[-1], eval_gain=0.05, reward_gain=0.03)
+    kls, _ = _check_kl_held(root / "03-ppo", stages[-1], eval_gain=0.03, reward_gain=0.03)
     assert sum(kls[-20:]) / 20 < 0.15, kls[-20:]  # near the target (0.1) at the end
 
 
