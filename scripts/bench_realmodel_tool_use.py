@@ -14,6 +14,7 @@ episode success rate on as many tasks (one episode each, a fixed seed).
 
     python scripts/bench_realmodel_tool_use.py            # about 11 minutes on 2 CPU cores
     python scripts/bench_realmodel_tool_use.py --quick    # a few steps: does it run
+    python scripts/bench_realmodel_tool_use.py --ppo-lr 2e-4 --ppo-value-init first_batch_mean --ppo-critic-warmup 1
 
 Measured (docs/benchmarks.md): ORPO 0.000 -> 0.859; PPO at lr 2e-5 0.875 -> 0.875, at 2e-4 0.875 -> 0.000.
 A benchmark, not a test.
