@@ -151,6 +151,7 @@ def test_builtin_registry_lists_all():
         "length_penalty",
         "overlong_penalty",
         "char_fraction",
+        "math_answer",
     }
 
 
