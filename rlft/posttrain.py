@@ -124,12 +124,11 @@ def escaped(settings: dict) -> dict:
             return [walk(v, verbatim) for v in node]
         return node.replace("${", "\\${") if isinstance(node, str) and not verbatim else node
 
-    out = walk({k: v for k, v in settings.items() if k != "rewards"})
-    rewards = settings.get("rewards")
-    if "rewards" in settings:
-        out["rewards"] = [{k: walk(v, verbatim=k == "kwargs") for k, v in item.items()} if isinstance(item, dict)
-                          else walk(item) for item in rewards] if isinstance(rewards, list) else walk(rewards)
-    return {k: out[k] for k in settings}
+    def reward(item):
+        return {k: walk(v, verbatim=k == "kwargs") for k, v in item.items()} if isinstance(item, dict) else walk(item)
+
+    return {k: [reward(item) for item in v] if k == "rewards" and isinstance(v, list) else walk(v)
+            for k, v in settings.items()}
 
 
 def run_model_name(run_root: Path | None) -> str | None:

@@ -130,11 +130,16 @@ def test_resume_that_fails_before_a_step_leaves_the_run_files_as_they_were(finis
     assert _snapshot(out) == before
 
 
+def _rs_sft_args(out, rounds: int, eval_prompts: int) -> list[str]:
+    """A short RS-SFT demo run: 8 prompts, one epoch a round."""
+    return ["train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml",
+            f"train.output_dir={out}", "data.max_samples=8", f"data.eval_prompts={eval_prompts}",
+            "train.num_train_epochs=1", "train.per_device_train_batch_size=8", f"rs_sft.rounds={rounds}"]
+
+
 def test_rs_sft_resume_of_a_finished_run_keeps_its_summary(tmp_path):
     out = tmp_path / "run"
-    args = ["train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml",
-            f"train.output_dir={out}", "data.max_samples=8", "data.eval_prompts=4", "train.num_train_epochs=1",
-            "train.per_device_train_batch_size=8", "rs_sft.rounds=1"]
+    args = _rs_sft_args(out, rounds=1, eval_prompts=4)
     res = run_cli(*args)
     assert res.returncode == 0, res.stderr[-3000:]
     before = _snapshot(out)
@@ -148,9 +153,7 @@ def test_rs_sft_resume_with_damaged_rounds_json_is_one_line(tmp_path):
     trains nothing, instead of a traceback (the other kinds of damage: tests/test_samples_log.py)."""
     damage = '{"round_steps": {"1": "three"}}'  # valid JSON, wrong content: the case a parse check alone misses
     out = tmp_path / "run"
-    args = ["train", "--stage", "rs_sft", "--hw", "cpu", "-c", "configs/examples/rs_sft_demo.yaml",
-            f"train.output_dir={out}", "data.max_samples=8", "data.eval_prompts=0", "train.num_train_epochs=1",
-            "train.per_device_train_batch_size=8", "rs_sft.rounds=2"]
+    args = _rs_sft_args(out, rounds=2, eval_prompts=0)
     res = run_cli(*args)
     assert res.returncode == 0, res.stderr[-3000:]
     shutil.rmtree(out / "final")  # as if killed while training round 2
