@@ -83,8 +83,8 @@ def _print_problems(problems: list[Problem]) -> None:
 
 # rlft's own errors that end a command with "error: <message>" and this exit code (None: the error's own
 # `exit_code`), as (module, class): looked up among the modules already imported, so checking imports nothing
-USER_ERRORS = (("rlft.run", "RunError", None), ("rlft.models.weights", "ModelLoadError", 2),
-               ("rlft.stages", "StageNotBuilt", 2), ("rlft.folders", "FolderRefused", 2),
+USER_ERRORS = (("rlft.errors", "RunError", None), ("rlft.models.weights", "ModelLoadError", 2),
+               ("rlft.stages", "StageNotBuilt", 2), ("rlft.rundir.markers", "FolderRefused", 2),
                ("rlft.monitor.report.load", "ReportInputError", 2), ("rlft.reward_try", "TryError", 2))
 
 
@@ -286,7 +286,7 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
         raise typer.Exit(2)
     import re
 
-    from rlft.folders import Owned, claim_output
+    from rlft.rundir.markers import Owned, claim_output
     from rlft.tiny import MARKER_FILE, WRITTEN_NAMES, build_tiny_model
 
     with _exits():  # a tiny model rlft wrote before is rebuilt only when it holds nothing but the build's files
@@ -349,7 +349,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
         _err(f"error: {p}")
     if problems:
         raise typer.Exit(3)
-    from rlft.run import RunOptions, check_writable
+    from rlft.rundir.options import RunOptions
+    from rlft.rundir.prepare import check_writable
 
     opts = RunOptions(resume=resume, overwrite=overwrite, verbose=verbose, allow_config_change=allow_config_change,
                       argv=sys.argv[1:])
@@ -371,7 +372,7 @@ def _dry_run_train(stage: str, hw: str, config: Optional[List[Path]], overrides:
     cfg, _ = _load(stage, hw, config, overrides, for_train=True)
     from rlft.config.stages import get_spec
     from rlft.dry_run import dry_run
-    from rlft.run import RunOptions
+    from rlft.rundir.options import RunOptions
 
     with _exits(read_only=True):
         if get_spec(stage).runner is None:  # `train` refuses a stage that is not built yet (imports no runner)
@@ -473,7 +474,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
         _err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
     dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
-    from rlft.folders import check_output_file
+    from rlft.rundir.markers import check_output_file
 
     with _exits():  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
         check_output_file(dest, force=force or (out is None and tgt.run_root is not None), what="-o file")
@@ -640,7 +641,7 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
 
         raise typer.Exit(smoke_pipeline(pipe, checked, list(overrides or []), hw, verbose))
     from rlft.pipeline.runner import run_pipeline
-    from rlft.run import check_writable
+    from rlft.rundir.prepare import check_writable
 
     with _exits(read_only=True):
         check_writable(pipe.output_dir, "pipeline folder", "output_dir")  # before minutes of loading, not after

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.config.validate import CONTROL
-from rlft.folders import MARKER, mark, read_marker
+from rlft.rundir.markers import MARKER, mark, read_marker
 from rlft.launch import LAUNCHED_ENV, accelerate_command, replace_hw
-from rlft.run import (RUN_KIND, RunError, RunOptions, check_run_dir, check_writable, default_output_dir,
-                      find_run_to_resume, is_run_folder)
+from rlft.rundir.folder import RUN_KIND, is_run_folder
+from rlft.errors import RunError
+from rlft.rundir.options import RunOptions
+from rlft.rundir.prepare import check_run_dir, check_writable, default_output_dir, find_run_to_resume
 from rlft.runtime.sharding import CPU_FSDP_ENV
 
 SBATCH_NAME = "launch.sbatch"

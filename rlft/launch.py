@@ -262,8 +262,8 @@ def _stop(child) -> None:
 def forget_unstarted(run) -> None:
     """A new run whose processes failed before writing anything: remove what this process created for it (its
     marker, config.yaml, the empty checkpoints folder), so the corrected command runs again as it is."""
-    from rlft.folders import MARKER
-    from rlft.run import LOCK_NAME
+    from rlft.rundir.markers import MARKER
+    from rlft.rundir.lock import LOCK_NAME
 
     made = {MARKER, "config.yaml", "checkpoints", LOCK_NAME}
     names = {p.name for p in run.root.iterdir()}
@@ -294,7 +294,7 @@ def replace_hw(argv: list[str], hw: str) -> list[str]:
 def relaunch(cfg: RlftConfig, composed: Composed, opts, hw: str, argv: list[str]) -> int:
     """This `rlft train` command (`argv`) again in hw.num_processes processes: the run folder is created and locked
     here, before they start, and pinned in their arguments (--overwrite is done once, here)."""
-    from rlft.run import prepare_run_dir
+    from rlft.rundir.prepare import prepare_run_dir
 
     if cfg.hw.machine_rank > 0:  # machine 0 owns the run folder (on a shared filesystem it is this one too)
         return launch(cfg, replace_hw([a for a in argv if a != "--overwrite"], hw))

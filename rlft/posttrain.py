@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError, checkpoint_step
-from rlft.run_config import RunConfigError, read_run_config
+from rlft.errors import RunError
+from rlft.rundir.folder import checkpoint_step
+from rlft.config.run_config import RunConfigError, read_run_config
 
 
 @dataclass

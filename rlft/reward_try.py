@@ -62,7 +62,7 @@ def check_sources(from_run: Path | None, completions: Path | None, sample: int |
             raise TryError(f"--from-run {from_run}: no config.yaml (not an rlft run folder)")
     if completions is not None and not completions.is_file():
         raise TryError(f"--completions {completions}: no such file")
-    from rlft.folders import FolderRefused, check_output_file
+    from rlft.rundir.markers import FolderRefused, check_output_file
 
     try:
         check_output_file(out, force=force, what="-o file")
@@ -85,7 +85,7 @@ def run_log(run: Path) -> Path:
 
 def run_stage(run: Path) -> str:
     from rlft.config.stages import DEFAULT_STAGE
-    from rlft.run import saved_config
+    from rlft.rundir.resume_keys import saved_config
 
     return (saved_config(run) or {}).get("stage") or DEFAULT_STAGE
 
@@ -93,7 +93,7 @@ def run_stage(run: Path) -> str:
 def run_config_file(run: Path, stage: str) -> Path:
     """The run's config (model, data, rewards, ...) as a layer file beside it; the caller deletes it."""
     from rlft.posttrain import eval_config_file
-    from rlft.run import RunError
+    from rlft.errors import RunError
 
     try:
         return eval_config_file(run, stage)
@@ -181,7 +181,7 @@ def _logged(item: Item, row: dict) -> Item:
 def items_from_run(run: Path, cfg: RlftConfig) -> list[Item]:
     """The run's logged completions, each with the columns of its data row (found by prompt_id in the
     run's data.train, loaded as training loaded it)."""
-    from rlft.run import RunError
+    from rlft.errors import RunError
     from rlft.stages.prompt_data import load_prompt_dataset
 
     path = run_log(run)
@@ -244,7 +244,7 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     from rlft.posttrain import sampling_section
     from rlft.rollout import SamplingParams, sample
     from rlft.rollout.score import sampled_columns
-    from rlft.run import RunError
+    from rlft.errors import RunError
     from rlft.runtime import quiet_libraries
     from rlft.stages.prompt_data import prepare_prompt_data
 
@@ -362,7 +362,7 @@ def try_rewards(cfg: RlftConfig, composed, *, from_run: Path | None, completions
     meanwhile is not replaced."""
     check_counts(sample, max_prompts if sample is not None else None)
     from rlft.rewards.trial import compare
-    from rlft.run import RunError
+    from rlft.errors import RunError
     from rlft.stages.prompt_data import reward_suite
 
     if not cfg.rewards:

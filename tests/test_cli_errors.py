@@ -64,7 +64,8 @@ def test_no_command_catches_rlft_errors_itself():
 def test_relaunch_makes_the_run_folder_once_and_pins_it(tmp_path, monkeypatch, capsys):
     from rlft.config import load_config
     from rlft.launch import relaunch, replace_hw
-    from rlft.run import RunOptions, is_run_folder
+    from rlft.rundir.options import RunOptions
+    from rlft.rundir.folder import is_run_folder
 
     assert replace_hw(["train", "--hw", "auto", "--hw=auto", "-c", "x.yaml"], "ddp") == \
         ["train", "--hw", "ddp", "--hw=ddp", "-c", "x.yaml"]

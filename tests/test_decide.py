@@ -6,7 +6,7 @@ import pytest
 
 from rlft.stages.awr.spec import AWRConfig
 from rlft.stages.rs_sft.spec import RSSFTConfig
-from rlft.run import RunError
+from rlft.errors import RunError
 from rlft.stages.decide import awr_decide, rs_sft_decide, training_pairs
 
 

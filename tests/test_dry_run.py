@@ -114,7 +114,8 @@ def test_sbatch_quoting_reaches_each_task_intact(tmp_path):
 def test_a_folder_prepared_for_slurm_takes_the_run(tmp_path):
     """The folder --dry-run made (marker + launch.sbatch) is a new run's for `rlft train`, not an existing run."""
     from rlft.config import load_config
-    from rlft.run import RunOptions, check_run_dir
+    from rlft.rundir.options import RunOptions
+    from rlft.rundir.prepare import check_run_dir
 
     (tmp_path / "slurm.yaml").write_text(SLURM_YAML)
     proc = dry_run(tmp_path, "-c", str(tmp_path / "slurm.yaml"), "--hw", "ddp", "hw.num_machines=2")
@@ -273,7 +274,7 @@ def test_slurm_keys_may_change_on_resume():
     from rlft.config.compose import compose
     from rlft.config.schema import to_dict
     from rlft.config.validate import validate
-    from rlft.run import config_changes
+    from rlft.rundir.resume_keys import config_changes
 
     old, _ = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"]))
     new, _ = validate(compose("grpo", "cpu", [ROOT / "configs/examples/grpo_demo.yaml"], ["slurm.time=\"1:00:00\""]))

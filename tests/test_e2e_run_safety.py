@@ -62,7 +62,7 @@ def test_overwrite_keeps_old_run_until_new_run_checkpoints(tmp_path):
 
 
 def test_overwrite_refuses_to_clobber_an_unrelated_old_folder(tmp_path):
-    from rlft.folders import mark
+    from rlft.rundir.markers import mark
 
     out, old = tmp_path / "run", tmp_path / "run.old"
     for d in (out, old):
@@ -94,7 +94,7 @@ def test_second_run_on_a_busy_folder_is_refused(tmp_path):
         proc.communicate()
     assert not (tmp_path / "run.old").exists()
     # the killed run's lock is stale: a resume takes it over and continues
-    from rlft.run import RunDir, checkpoint_step
+    from rlft.rundir.folder import RunDir, checkpoint_step
 
     newest = checkpoint_step(RunDir(out).complete_checkpoints()[-1])
     res = _train(out, f"train.max_steps={newest + 1}", "--resume")

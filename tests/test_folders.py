@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from rlft.folders import MARKER, FolderRefused, check_name, check_output_file, claim_output, mark, read_marker
+from rlft.rundir.markers import MARKER, FolderRefused, check_name, check_output_file, claim_output, mark, read_marker
 
 
 def _user_folder(path: Path) -> dict:
@@ -75,13 +75,14 @@ def _cfg(out):
 
 
 def _opts(**kw):
-    from rlft.run import RunOptions
+    from rlft.rundir.options import RunOptions
 
     return RunOptions(**kw)
 
 
 def test_overwrite_resume_and_reuse_refuse_a_folder_rlft_did_not_make(tmp_path):
-    from rlft.run import RunError, check_run_dir, prepare_run_dir
+    from rlft.errors import RunError
+    from rlft.rundir.prepare import check_run_dir, prepare_run_dir
 
     project = tmp_path / "project"
     files = _user_folder(project)
@@ -97,7 +98,8 @@ def test_overwrite_resume_and_reuse_refuse_a_folder_rlft_did_not_make(tmp_path):
 
 
 def test_overwrite_never_takes_the_working_folder(tmp_path, monkeypatch):
-    from rlft.run import RunError, prepare_run_dir
+    from rlft.errors import RunError
+    from rlft.rundir.prepare import prepare_run_dir
 
     run = tmp_path / "run"
     run.mkdir()
@@ -111,7 +113,7 @@ def test_overwrite_never_takes_the_working_folder(tmp_path, monkeypatch):
 
 
 def test_overwrite_moves_an_rlft_run_aside_and_deletes_only_that(tmp_path):
-    from rlft.run import prepare_run_dir
+    from rlft.rundir.prepare import prepare_run_dir
 
     out = tmp_path / "run"
     cfg, composed = _cfg(out)
@@ -129,7 +131,7 @@ def test_overwrite_moves_an_rlft_run_aside_and_deletes_only_that(tmp_path):
 
 def test_a_crafted_replaces_marker_deletes_nothing(tmp_path):
     """A run folder copied from someone else names a victim folder, or the id of one: neither is deleted."""
-    from rlft.run import RunDir
+    from rlft.rundir.folder import RunDir
 
     out, victim, aside = tmp_path / "run", tmp_path / "victim", tmp_path / "run.old"
     out.mkdir()
@@ -150,7 +152,7 @@ def test_a_crafted_replaces_marker_deletes_nothing(tmp_path):
 
 
 def test_check_writable_writes_nothing(tmp_path):
-    from rlft.run import check_writable
+    from rlft.rundir.prepare import check_writable
 
     check_writable(tmp_path / "new" / "run")
     assert list(tmp_path.iterdir()) == []
@@ -316,7 +318,7 @@ def test_a_copied_marker_does_not_make_a_user_folder_rlft_s(tmp_path, command, r
 
 
 def test_overwrite_of_a_folder_with_a_copied_marker_moves_it_aside_whole_and_deletes_nothing(tmp_path, capsys):
-    from rlft.run import prepare_run_dir
+    from rlft.rundir.prepare import prepare_run_dir
 
     site = tmp_path / "site"
     before = _copied_marker(site, "run")
@@ -331,7 +333,7 @@ def test_overwrite_of_a_folder_with_a_copied_marker_moves_it_aside_whole_and_del
 
 
 def test_overwrite_of_a_real_run_holding_a_user_file_deletes_nothing(tmp_path):
-    from rlft.run import prepare_run_dir
+    from rlft.rundir.prepare import prepare_run_dir
 
     out = tmp_path / "run"
     cfg, composed = _cfg(out)
@@ -357,7 +359,7 @@ def test_overwrite_of_a_real_run_holding_a_user_file_deletes_nothing(tmp_path):
 def test_a_refused_resume_writes_nothing(tmp_path):
     """A run of an older rlft (no marker) with no checkpoint: --resume is refused before the folder is touched
     (no marker added, no checkpoints/ made, no lock file left)."""
-    from rlft.run import prepare_run_dir
+    from rlft.rundir.prepare import prepare_run_dir
 
     out = tmp_path / "run"
     cfg, composed = _cfg(out)
@@ -371,7 +373,8 @@ def test_a_refused_resume_writes_nothing(tmp_path):
 
 
 def test_resume_refuses_links_and_a_config_rlft_did_not_write(tmp_path):
-    from rlft.run import RunError, check_run_dir, prepare_run_dir
+    from rlft.errors import RunError
+    from rlft.rundir.prepare import check_run_dir, prepare_run_dir
 
     out = tmp_path / "run"
     cfg, composed = _cfg(out)

@@ -3,7 +3,7 @@
 import pytest
 
 from rlft.config import load_config
-from rlft.run import RunError
+from rlft.errors import RunError
 from rlft.stages.grpo.layout import grpo_batch_layout
 
 

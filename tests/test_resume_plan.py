@@ -10,7 +10,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from rlft.run import RunDir
+from rlft.rundir.folder import RunDir
 from rlft.runtime.checkpoint_files import checkpoint_problem
 from rlft.runtime.resume_plan import ResumePlan, SetAside, plan_resume
 
@@ -105,7 +105,8 @@ def test_the_end_of_the_data_is_no_step_limit(tmp_path):
 def test_planning_imports_no_torch(tmp_path):
     run = RunDir(tmp_path)
     _checkpoint(run, 2)
-    code = ("import sys; from functools import partial; from pathlib import Path; from rlft.run import RunDir; "
+    code = ("import sys; from functools import partial; from pathlib import Path; "
+            "from rlft.rundir.folder import RunDir; "
             "from rlft.runtime.checkpoint_files import checkpoint_problem; "
             "from rlft.runtime.resume_plan import plan_resume; "
             f"plan = plan_resume(RunDir(Path({str(tmp_path)!r})), 5, partial(checkpoint_problem, load=False)); "

@@ -1,10 +1,11 @@
-"""rlft.run_config.read_run_config: the one reader of a run's config.yaml, and how each caller words its problems."""
+"""rlft.config.run_config.read_run_config: the one reader of a run's config.yaml, and how each caller words its
+problems."""
 
 from __future__ import annotations
 
 import pytest
 
-from rlft.run_config import RunConfigError, read_run_config
+from rlft.config.run_config import RunConfigError, read_run_config
 
 CASES = {  # file bytes -> (what the error says, RunConfigError.found)
     b"\x00\xff\xfe\x80 binary": ("cannot read", None),
@@ -41,7 +42,9 @@ def test_a_run_whose_config_is_not_utf8_is_no_run_to_resume(tmp_path, monkeypatc
     """A bare --resume looks through runs/<stage>-<timestamp>: a binary config.yaml there is not a match (it
     used to end the command with a UnicodeDecodeError)."""
     from rlft.config import load_config
-    from rlft.run import RunError, find_run_to_resume, saved_config
+    from rlft.errors import RunError
+    from rlft.rundir.prepare import find_run_to_resume
+    from rlft.rundir.resume_keys import saved_config
 
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "runs" / "grpo-20240101-000000"

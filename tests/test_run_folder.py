@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from rlft.run import LOCK_NAME, RunError, RunLock
+from rlft.rundir.lock import LOCK_NAME, RunLock
+from rlft.errors import RunError
 
 
 def test_second_lock_is_refused_naming_the_holder(tmp_path):
@@ -23,7 +24,7 @@ def test_second_lock_is_refused_naming_the_holder(tmp_path):
 
 
 def test_lock_held_by_another_process_is_refused(tmp_path):
-    code = ("import sys, time; from rlft.run import RunLock; RunLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from rlft.rundir.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})

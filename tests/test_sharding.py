@@ -10,7 +10,7 @@ import torch
 from rlft.config import load_config
 from rlft.launch import forget_unstarted, free_port, port_is_free
 from rlft.models.sharded import fsdp_units, whole_weights
-from rlft.run import RunError
+from rlft.errors import RunError
 from rlft.runtime.ranks import launched_exit_code, run_fingerprint
 from rlft.runtime.sharding import ShardingError, check_sharded, describe, parameter_layout
 

@@ -108,7 +108,7 @@ def test_resume_breaking_keys_come_from_the_spec(tmp_path):
     import yaml
     from rlft.config.schema import to_dict as asdict
 
-    from rlft.run import RunDir
+    from rlft.rundir.folder import RunDir
     from rlft.runtime import breaking_changes
 
     cfg, _, _ = load_config("grpo", "cpu")

@@ -13,8 +13,7 @@ from typing import Any
 
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
-from rlft.run_config import RunConfigError, value_kind  # noqa: F401 - RunConfigError re-exported
-from rlft.run_config import read_run_config
+from rlft.config.run_config import RunConfigError, read_run_config, value_kind
 
 
 def run_root(path: str | Path) -> Path:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlft.config.init_from import RunConfigError, read_chain_run, run_root
+from rlft.config.init_from import read_chain_run, run_root
+from rlft.config.run_config import RunConfigError
 from rlft.config.schema import RlftConfig
 from rlft.models.weights import ModelLoadError, load_adapter, load_causal_lm
 

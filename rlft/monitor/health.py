@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import RunDir, checkpoint_step
+from rlft.rundir.folder import RunDir, checkpoint_step
 
 
 class RunStopped(Exception):

@@ -27,7 +27,7 @@ def stage_finished(run_dir: Path) -> bool:
 
 def _resumable(run_dir: Path) -> bool:
     """Whether a stage folder holds progress worth resuming (a complete checkpoint or sampled rows)."""
-    from rlft.run import RunDir
+    from rlft.rundir.folder import RunDir
 
     return bool(RunDir(run_dir).complete_checkpoints()) or (run_dir / "samples.jsonl").is_file()
 
@@ -73,8 +73,8 @@ PIPELINE_KIND = "pipeline"
 
 def _claim_pipeline_dir(pipe: Pipeline) -> None:
     """The pipeline root: new, empty, or one a pipeline run made (its marker, or an older rlft's summary)."""
-    from rlft.folders import FolderRefused, claim_output
-    from rlft.run import RunError
+    from rlft.rundir.markers import FolderRefused, claim_output
+    from rlft.errors import RunError
 
     try:
         claim_output(pipe.output_dir, PIPELINE_KIND, what="pipeline folder",
@@ -88,7 +88,8 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
                  stage_layers: dict | None = None) -> int:
     """`stage_layers`: {stage index: config layers applied last} (`--smoke`'s changes)."""
     from rlft.config import validate
-    from rlft.run import RunError, RunOptions
+    from rlft.errors import RunError
+    from rlft.rundir.options import RunOptions
     from rlft.stages import get_runner
 
     common, own, problems = split_overrides(pipe, overrides)

@@ -31,7 +31,7 @@ import yaml
 from rlft.config.compose import Composed, Layer, _key_lines, anchor_paths, compose, display_path, read_yaml_file
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import HARDWARE, STAGES
-from rlft.folders import check_name
+from rlft.rundir.markers import check_name
 
 ENTRY_KEYS = ("stage", "hw", "config", "name")  # the rest of an entry is config
 TOP_KEYS = ("name", "output_dir", "defaults", "stages")

@@ -7,8 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from rlft.run import COMPLETE_MARKER, checkpoint_step
-from rlft.run_config import value_kind
+from rlft.rundir.folder import COMPLETE_MARKER, checkpoint_step
+from rlft.config.run_config import value_kind
 
 RLFT_STATE = "rlft_state.json"
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir
+from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
 
 

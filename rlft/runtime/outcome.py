@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from rlft.run import RunDir, RunError, checkpoint_step
+from rlft.rundir.folder import RunDir, checkpoint_step
+from rlft.errors import RunError
 
 STOPPED = 4
 INTERRUPTED = 130  # Ctrl-C's code for SIGTERM too: one "interrupted, resumable" code

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rlft.run import RunDir
+from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
 
 
@@ -60,7 +60,7 @@ def check_same_run(cfg) -> None:
     from accelerate import PartialState
 
     import rlft
-    from rlft.run import RunError
+    from rlft.errors import RunError
 
     PartialState(cpu=cfg.hw.device == "cpu")
     mine = {"machine": cfg.hw.machine_rank, "host": socket.gethostname(), "version": rlft.__version__,

@@ -1,5 +1,6 @@
 """A resume continues with the config the run started with: every changed key listed, the ones that would break
-its checkpoints refused, the rest only with --allow-config-change."""
+its checkpoints refused (RESUME_BREAKING, in rlft/rundir/resume_keys.py beside the keys free to change), the rest
+only with --allow-config-change."""
 
 from __future__ import annotations
 
@@ -8,14 +9,10 @@ import sys
 from rlft.config.compose import flatten
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import RunDir, RunError, config_changes, saved_config
-from rlft.run_config import RunConfigError, read_run_config
-
-# keys whose change makes a checkpoint meaningless (shapes, data order, the objective); each stage's
-# own keys come from its StageSpec.resume_breaking
-RESUME_BREAKING = ("stage", "model.name_or_path", "lora.r", "lora.lora_alpha", "lora.target_modules", "lora.enabled",
-                   "train.per_device_train_batch_size", "train.gradient_accumulation_steps", "train.seed",
-                   "data.train", "hw.num_processes", "train.optim")
+from rlft.errors import RunError
+from rlft.rundir.folder import RunDir
+from rlft.rundir.resume_keys import RESUME_BREAKING, config_changes, saved_config
+from rlft.config.run_config import RunConfigError, read_run_config
 
 
 def breaking_changes(run: RunDir, cfg: RlftConfig) -> list[str]:

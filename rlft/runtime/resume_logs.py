@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.run import RunDir
+from rlft.rundir.folder import RunDir
 
 
 def drop_rows_after(path: Path, step: int) -> int:

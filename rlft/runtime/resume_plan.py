@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import RunDir, checkpoint_step
+from rlft.rundir.folder import RunDir, checkpoint_step
 
 ProblemOf = Callable[[Path], "str | None"]  # why a checkpoint cannot be resumed from, None when whole
 

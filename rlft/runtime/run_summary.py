@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from rlft.run import RunDir, checkpoint_step
+from rlft.rundir.folder import RunDir, checkpoint_step
 
 
 def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str | None, steps: int,

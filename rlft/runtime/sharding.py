@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError
+from rlft.errors import RunError
 
 CPU_FSDP_ENV = "RLFT_CPU_FSDP"  # set by the launcher for the processes of an fsdp run on CPU
 

@@ -72,7 +72,7 @@ def _call(fn: Callable[[], int]) -> tuple[int, str | None]:
     import errno
 
     from rlft.models.weights import ModelLoadError
-    from rlft.run import RunError
+    from rlft.errors import RunError
 
     try:
         return int(fn() or 0), None
@@ -252,7 +252,7 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
     from rlft.config.stages import get_spec
     from rlft.config.validate import validate
     from rlft.launch import preflight
-    from rlft.run import RunOptions
+    from rlft.rundir.options import RunOptions
     from rlft.smoke.interrupt import stop_at_first_checkpoint
     from rlft.stages import StageNotBuilt, get_runner
 
@@ -330,7 +330,7 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
     """`rlft pipeline run ... --smoke` after every stage was composed and validated as given (`checked`)."""
     from rlft.config.stages import get_spec
     from rlft.pipeline.runner import SUMMARY, run_pipeline
-    from rlft.run import saved_config
+    from rlft.rundir.resume_keys import saved_config
     from rlft.smoke.interrupt import stop_at_first_checkpoint
 
     t0 = time.monotonic()

@@ -12,7 +12,7 @@ import torch
 from rlft.algos import awr_advantages, awr_metrics, awr_weights, keep_mask
 from rlft.stages.awr.spec import AWRConfig
 from rlft.stages.rs_sft.spec import RSSFTConfig
-from rlft.run import RunError
+from rlft.errors import RunError
 
 
 def _totals(rows: list[dict]) -> torch.Tensor:

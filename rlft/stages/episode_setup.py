@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlft.config.compose import Composed
-from rlft.run import RunError
+from rlft.errors import RunError
 
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig

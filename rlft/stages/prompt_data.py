@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError
+from rlft.errors import RunError
 
 
 def _section(cfg: RlftConfig) -> str:

@@ -29,12 +29,12 @@ REPORT_KIND = "report"
 
 
 def report_owned(out: Path, in_run: bool):
-    """What a report folder may hold (rlft.folders.Owned): index.html and graphs/ with, in a folder the user
+    """What a report folder may hold (rlft.rundir.markers.Owned): index.html and graphs/ with, in a folder the user
     named, only the PNGs the marker says the last report drew; in report/ of a run folder (the default place,
     also written by older rlft without that list), any PNG."""
     import re
 
-    from rlft.folders import Owned, read_marker
+    from rlft.rundir.markers import Owned, read_marker
 
     drawn = (read_marker(out) or {}).get("graphs")
     if in_run or not isinstance(drawn, list):
@@ -47,8 +47,8 @@ def report_owned(out: Path, in_run: bool):
 def _claim_out(out: Path, default: bool, force: bool) -> bool:
     """May the report be written to `out`? True when the folder is rlft's own and holds only what an
     earlier report wrote there (those files may go); False for a new folder or a user's one with `force`."""
-    from rlft.folders import FolderRefused, claim_output, made_by_rlft
-    from rlft.run import is_run_folder
+    from rlft.rundir.markers import FolderRefused, claim_output, made_by_rlft
+    from rlft.rundir.folder import is_run_folder
 
     # report/ inside an rlft run is rlft's, also when an older rlft wrote it without a marker
     made_before = (lambda folder: is_run_folder(folder.parent)) if default else None
@@ -84,7 +84,7 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     Default out_dir: `report/` in the first run's folder. A user-named folder must be new, empty or a
     report rlft wrote before (`force`: write into it anyway, replacing only index.html and graphs/*.png
     of the same names)."""
-    from rlft.folders import read_marker, write_marker
+    from rlft.rundir.markers import read_marker, write_marker
     from rlft.monitor.report.graphs import plan_graphs, render
     from rlft.monitor.report.html import build_html
 

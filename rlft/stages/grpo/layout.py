@@ -4,7 +4,7 @@ batch_size x group_size completions is split into TRL's micro-batches, and how o
 from __future__ import annotations
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError
+from rlft.errors import RunError
 
 
 def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:

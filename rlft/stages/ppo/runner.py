@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from rlft.algos.schedule import ppo_loop_schedule
 from rlft.config.compose import Composed
-from rlft.run import RunOptions
+from rlft.rundir.options import RunOptions
 from rlft.stages.episode_setup import env_setup, policy_with_value_head
 from rlft.stages.ppo.spec import schedule as ppo_schedule
 

@@ -1,0 +1,168 @@
+"""The run folder every stage writes: resolved config, metrics, completions, checkpoints, final model.
+
+    <train.output_dir>/
+      config.yaml         resolved config, each key with the layer that set it
+      metrics.jsonl       one JSON object per logged step
+      completions.jsonl   sampled completions with each reward's score (sampling stages)
+      health.jsonl        every health-rule firing (written, possibly empty, by every stage)
+      checkpoints/        rolling, resumable checkpoints (checkpoint-<step>)
+      final/              PEFT adapter (or full model) + tokenizer
+      .rlft.lock          pid and host of the run using the folder (exclusive, for the life of the run)
+      .rlft-made.json     marker written at creation: kind "run", the run's id, and the id of the run it
+                          replaces (--overwrite); rlft moves or deletes only folders that carry it
+
+The marker is not proof that the folder's files are rlft's (it copies along with a folder): RUN_OWNED names
+every file and folder rlft writes here. --overwrite deletes a run (later, from `<name>.old`) only when it holds
+nothing else; a run folder holding anything else, a link included, is moved aside whole to
+`<name>.replaced-<time>` and never deleted. --resume needs a config.yaml that rlft wrote and refuses links.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlft.rundir.lock import RunLock
+from rlft.rundir.markers import Owned, read_marker, write_marker
+
+RUN_KIND = "run"
+LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run folders of rlft before the marker
+
+# every name rlft (and the libraries it runs, pointed here) writes at the top of a run folder; a rule in code,
+# so nothing copied into a folder can widen what rlft deletes. `.tmp`: the files written by rename.
+_RUN_FILES = (r"config\.yaml", r"config\.step-\d+\.yaml", r"metrics\.jsonl", r"completions\.jsonl",
+              r"eval_completions\.jsonl", r"health\.jsonl", r"reward_logs\.jsonl", r"samples\.jsonl",
+              r"summary\.json", r"distributed\.json", r"rounds\.json", r"overrides\.yaml", r"launch\.sbatch",
+              r"eval\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
+RUN_OWNED = Owned(files=(*_RUN_FILES, *(f + r"\.tmp" for f in _RUN_FILES), r"\.rlft-eval-config\.yaml\..+\.tmp"),
+                  dirs=("checkpoints", "final", r"final\.tmp", "report", "tensorboard", "wandb"))
+
+
+@dataclass
+class RunDir:
+    root: Path
+    lock: RunLock | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def completions(self) -> Path:
+        return self.root / "completions.jsonl"
+
+    @property
+    def eval_completions(self) -> Path:
+        """Each evaluation's samples of the fixed evaluation prompts (`eval-<i>` rows; the report shows them with
+        the training completions)."""
+        return self.root / "eval_completions.jsonl"
+
+    @property
+    def health(self) -> Path:
+        return self.root / "health.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final"
+
+    @property
+    def marker(self) -> dict | None:
+        return read_marker(self.root)
+
+    @property
+    def replaced(self) -> Path | None:
+        """The run this one replaces (--overwrite), kept as `<name>.old` until this run's first checkpoint.
+
+        The path is computed, never read from a file, and the folder there must carry the marker of the
+        very run this one replaced: a copied or edited run folder cannot point rlft at anything else."""
+        mine = self.marker
+        wanted = mine.get("replaces") if mine else None
+        if not wanted:
+            return None
+        old = aside_path(self.root)
+        theirs = read_marker(old)
+        return old if theirs is not None and theirs["kind"] == RUN_KIND and theirs["id"] == wanted else None
+
+    def drop_replaced(self) -> None:
+        """This run has shown it works (a checkpoint or its final model is on disk): delete the old run."""
+        mine = self.marker
+        if not mine or not mine.get("replaces"):
+            return
+        old = self.replaced
+        foreign = RUN_OWNED.first_foreign(old) if old is not None else None
+        if foreign is not None:
+            print(f"rlft: kept the replaced run {old}: it holds {foreign}, which rlft did not write; delete it "
+                  f"yourself once you have what you need from it", file=sys.stderr)
+        elif old is not None:
+            shutil.rmtree(old)
+            print(f"rlft: deleted the replaced run {old} (this run has written a checkpoint)", file=sys.stderr)
+        mine.pop("replaces")
+        write_marker(self.root, mine)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples.jsonl"
+
+    def complete_checkpoints(self) -> list[Path]:
+        """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
+        return sorted(found, key=checkpoint_step)
+
+
+COMPLETE_MARKER = "rlft_complete"
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step of `checkpoint-<step>`, -1 for any other name."""
+    try:
+        return int(path.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def aside_path(root: Path) -> Path:
+    return root.with_name(root.name + ".old")
+
+
+def is_run_folder(root: Path) -> bool:
+    """A folder rlft made for a run: its marker, or (older rlft) a config.yaml with rlft's header."""
+    marker = read_marker(root)
+    if marker is not None:
+        return marker["kind"] == RUN_KIND
+    try:
+        with open(Path(root) / "config.yaml", encoding="utf-8", errors="replace") as fh:
+            return fh.readline().startswith(LEGACY_HEADER)
+    except OSError:
+        return False
+
+
+def first_link(root: Path) -> str | None:
+    """A symbolic link where a resumed run writes (the run folder, checkpoints/ and the folders in it), or None."""
+    root = Path(root)
+    places = [root, root / "checkpoints"]
+    if (root / "checkpoints").is_dir() and not (root / "checkpoints").is_symlink():
+        places += [p for p in (root / "checkpoints").iterdir() if p.is_dir() and not p.is_symlink()]
+    for place in places:
+        if not place.is_dir() or place.is_symlink():
+            continue
+        for p in sorted(place.iterdir()):
+            if p.is_symlink():
+                return str(p.relative_to(root))
+    return None
