@@ -108,8 +108,10 @@ def test_the_settings_move_the_clip_where_they_should():
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
-    """RlftEpisodeGRPOTrainer.loss (multi-turn GRPO) on the same tensors as TRL's single-turn loss."""
-    from rlft.trainers.grpo_episodes import RlftEpisodeGRPOTrainer
+    """The episode loop's loss (multi-turn GRPO, rlft.trainers.advantage_steps) on the same tensors as TRL's
+    single-turn loss."""
+    from rlft.trainers.advantage_steps import advantage_step
+    from rlft.trainers.loop_algorithm import LoopAlgorithm
 
     s = SETTINGS[name]
     grpo = SimpleNamespace(loss_fn=s.loss_fn, clip_range=s.clip_low, clip_low=None, clip_high=s.clip_high,
@@ -118,12 +120,12 @@ def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     assert loss_settings(grpo) == s
     logp_BT, logp_old_BT, adv_B, mask_BT = batch(1)
     want, want_grad = trl_loss(s, logp_BT, logp_old_BT, adv_B, mask_BT, tmp_path)
-    trainer = SimpleNamespace(cfg=SimpleNamespace(grpo=grpo))
+    trainer = SimpleNamespace(section=grpo, algorithm=LoopAlgorithm("episode_returns", s.loss_fn, "kl", 0.0, None))
     mb = SimpleNamespace(logp_old_BT=logp_old_BT, advantages_BT=adv_B[:, None].expand_as(logp_BT).clone(),
                          mask_BT=mask_BT)
     logp = logp_BT.clone().requires_grad_(True)
     values_BT = torch.zeros(4, 6, requires_grad=True)
-    loss, m = RlftEpisodeGRPOTrainer.loss(trainer, mb, logp, values_BT, torch.zeros(4, 6, 3))
+    loss, m = advantage_step("episode_returns").loss(trainer, mb, logp, values_BT, torch.zeros(4, 6, 3))
     loss.backward()
     assert loss.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7) and m["policy_loss"] == loss.item()
     torch.testing.assert_close(logp.grad, want_grad, rtol=1e-5, atol=1e-7)

@@ -1,7 +1,7 @@
 """TRL's GRPOTrainer with rlft's group-advantage and KL-penalty hooks.
 
-TRL generates; rlft scores and logs through its rollout layer: `_calculate_rewards` scores the
-completions with the shared scorer (`rlft.rollout.score_texts`, the safe reward suite) and gathers
+TRL generates; rlft scores and logs through its rollout layer (rlft.trainers.grpo_rewards): `_calculate_rewards`
+scores the completions with the shared scorer (`rlft.rollout.score_texts`, the safe reward suite) and gathers
 the scores over processes. TRL then computes advantages inline in `_generate_and_score_completions`;
 we let it run, then replace `advantages` with rlft's own, computed by the pure functions in
 `rlft.algos` from the gathered rewards, and slice this process's share back out. TRL's loss accepts
@@ -13,11 +13,9 @@ TRL's private names used here are listed in rlft/trainers/trl_private.py (checke
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 import torch
-from accelerate.utils import gather_object
 from trl.trainer.utils import add_fused_lm_head
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
@@ -27,30 +25,16 @@ from rlft.algos import (
     kl_sample_train, make_kl_controller,
 )
 from rlft.data.messages import as_text
-from rlft.rewards.safe import RewardSuite, SafeReward
-from rlft.rollout import CompletionLog, RewardLog, score_texts
-from rlft.rollout.score import ID_COLUMNS
+from rlft.trainers.grpo_rewards import NOT_REWARD_COLUMNS, GRPORewards
 
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig
-    from rlft.run import RunDir
+    from rlft.rundir.folder import RunDir
 
-# dataset columns TRL hands over that are not reward inputs (`prompt_id`: rlft's row id, see stages.grpo)
-NOT_REWARD_COLUMNS = ("prompt", "completion", "completion_ids", *ID_COLUMNS)
-
-
-def _suite_from_funcs(funcs, names, weights) -> RewardSuite | None:
-    """A never-stopping suite over TRL-style plain reward callables (trainers built without rlft's suite);
-    None when a reward is a model or async, which only TRL's own scoring handles."""
-    import inspect
-
-    if any(isinstance(f, torch.nn.Module) or inspect.iscoroutinefunction(f) for f in funcs):
-        return None
-    return RewardSuite([SafeReward(n, f, float(w)) for f, n, w in zip(funcs, names, weights.tolist())],
-                       max_failure_fraction=1.0)
+__all__ = ["NOT_REWARD_COLUMNS", "RlftGRPOTrainer", "check_whole_groups"]
 
 
-class RlftGRPOTrainer(GRPOTrainer):
+class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
     """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go
     to (None: no completions.jsonl, reward_logs.jsonl or reward hot reload)."""
 
@@ -58,20 +42,8 @@ class RlftGRPOTrainer(GRPOTrainer):
                  **kwargs):
         super().__init__(*args, **kwargs)
         self.cfg = cfg
-        g, mon = cfg.grpo, cfg.monitor
-        self.reward_suite = reward_suite if reward_suite is not None else \
-            _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
-        self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
-        self.reward_log = RewardLog(run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs else None)
-        if self.reward_suite is not None:
-            self.reward_suite.capture_logs(self.reward_log.path is not None)
-        self.reloader = None
-        if run is not None and mon.reward_hot_reload and self.reward_suite is not None:
-            from rlft.rewards.reload import RewardReloader
-
-            self.reloader = RewardReloader(self.reward_suite, run.root / "overrides.yaml")
-        self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
-        self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
+        g = cfg.grpo
+        self._init_rewards(run, reward_suite)
         self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         # the horizon counts optimizer steps; unset, a tenth of this run's (the controller acts within the run)
         horizon = g.kl_horizon or default_horizon(max(self.args.max_steps, 1))
@@ -115,43 +87,6 @@ class RlftGRPOTrainer(GRPOTrainer):
 
     def load_rlft_extra_state(self, state: dict) -> None:
         self.eval_start = state.get("eval_start", self.eval_start)
-
-    # --- rewards ---------------------------------------------------------------------------
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """This process's completions scored by the shared scorer, gathered over processes: (N_all, F),
-        NaN = no score. The failure guard counts the gathered batch later, once, on every rank."""
-        if self.reward_suite is None:
-            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        else:
-            columns = {k: [ex[k] for ex in inputs] for k in inputs[0] if k not in NOT_REWARD_COLUMNS}
-            # for the rewards that name them (overlong_penalty): sampled token counts (EOS included) and the budget
-            columns["completion_lengths"] = [len(ids) for ids in completion_ids_list]
-            columns["max_tokens"] = [self.max_completion_length] * len(completion_ids_list)
-            if self.reloader is not None:
-                self.reloader.remember([as_text(p) for p in prompts], [as_text(c) for c in completions], columns)
-            scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
-            rewards = self.accelerator.gather(scores.per_reward_tensor(device=self.accelerator.device))
-        self._rewards_per_func = rewards
-        self._batch_log = None
-        if self.completion_log.enabled and self.model.training:
-            ids = [ex.get("prompt_id") for ex in inputs]
-            self._batch_log = (gather_object(ids), gather_object([as_text(p) for p in prompts]),
-                               gather_object([as_text(c) for c in completions]))
-        return rewards
-
-    @property
-    def reward_version(self) -> int:
-        return self.reloader.version if self.reloader is not None else 1
-
-    def _reload_rewards(self) -> None:
-        """Changed reward files and overrides.yaml take effect from this step (all ranks check the same files)."""
-        before = self.reloader.version
-        for message in self.reloader.check():
-            if self.accelerator.is_main_process:
-                logging.getLogger("rlft").warning("hot reload: %s", message)
-        if self.reloader.version != before:  # TRL's logged `reward` and rlft's totals use the new weights
-            self.reward_weights = torch.tensor([r.weight for r in self.reward_suite.rewards], dtype=torch.float32,
-                                               device=self.reward_weights.device)
 
     # --- reference log-probs -----------------------------------------------------------------
     @torch.no_grad()
@@ -317,40 +252,6 @@ class RlftGRPOTrainer(GRPOTrainer):
             batch = _shuffle_groups(batch, self.cfg.grpo.group_size)
             self._buffered_inputs = split_tensor_dict(batch, self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
-
-    # --- completions.jsonl ---------------------------------------------------------------------
-    def _write_completions(self, out, rpf, total, adv) -> None:
-        """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
-        if self._batch_log is None:
-            return
-        # sampled token counts (the report's lengths; decoded text re-tokenizes to other counts); every rank gathers
-        tokens = self.accelerator.gather(out["completion_mask"].sum(dim=1)).tolist()
-        rendered = self._rendered_prompts(out)  # every rank takes part in the gather
-        if not self.accelerator.is_main_process:
-            return
-        ids, prompts, completions = self._batch_log
-        if len(completions) != total.numel():
-            return
-        # the prompt exactly as the model saw it (chat template, special tokens), once per prompt id
-        shown = [None] * len(completions)
-        for i, pid in enumerate(ids[:self.completion_log.rows_to_write(len(completions))]):
-            if pid not in self._rendered_seen and i < len(rendered):
-                self._rendered_seen.add(pid)
-                shown[i] = rendered[i]
-        rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
-        self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
-                                  advantages=adv.tolist(),
-                                  extra={"completion_tokens": [int(t) for t in tokens]
-                                         if len(tokens) == len(completions) else [None] * len(completions),
-                                         "reward_version": [self.reward_version] * len(completions),
-                                         "prompt_rendered": shown})
-
-    def _rendered_prompts(self, out) -> list[str]:
-        """The prompt of each completion decoded from the tokens the model got, over all processes."""
-        ids_BT, mask_BT = out["prompt_ids"], out["prompt_mask"].bool()
-        texts = [self.processing_class.decode(ids_BT[i][mask_BT[i]].tolist(), skip_special_tokens=False)
-                 for i in range(ids_BT.size(0))]
-        return gather_object(texts) if self.accelerator.num_processes > 1 else texts
 
 
 def check_whole_groups(prompt_keys: list, group_size: int, rank: int = 0) -> None:

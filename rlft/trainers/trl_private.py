@@ -41,7 +41,7 @@ TRAINER = "transformers.Trainer"
 MEMBERS: tuple[Member, ...] = (
     # --- GRPO (rlft/trainers/grpo.py, grpo_async.py) -------------------------------------------------
     Member(GRPO, "_calculate_rewards", OVERRIDE, ("inputs", "prompts", "completions", "completion_ids_list"),
-           "trainers/grpo.py: scores through rlft's reward suite"),
+           "trainers/grpo_rewards.py: scores through rlft's reward suite"),
     Member(GRPO, "_generate_and_score_completions", OVERRIDE, ("inputs",),
            "trainers/grpo.py: rlft's advantages after TRL's; grpo_async.py calls it per chunk"),
     Member(GRPO, "_compute_loss", OVERRIDE, ("model", "inputs"),
@@ -79,12 +79,13 @@ MEMBERS: tuple[Member, ...] = (
     Member(TRAINER, "_save", CALL, ("output_dir", "state_dict"),
            used_in="runtime/final.py (FSDP full fine-tuning: the gathered weights written as a plain model)"),
     Member(TRAINER, "_load_from_checkpoint", OVERRIDE, ("resume_from_checkpoint", "model"),
-           "trainers/ppo.py: adapter + value head"),
+           "trainers/value_head_io.py: adapter + value head"),
     Member(TRAINER, "_load_from_checkpoint", CALL, ("resume_from_checkpoint",),
            "runtime/final.py: redo an interrupted final save"),
-    Member(TRAINER, "_load_optimizer_and_scheduler", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
-    Member(TRAINER, "_load_rng_state", CALL, ("checkpoint",), "trainers/ppo.py: resume"),
-    Member(TRAINER, "save_model", OVERRIDE, ("output_dir", "_internal_call"), "trainers/ppo.py: adapter + value head"),
+    Member(TRAINER, "_load_optimizer_and_scheduler", CALL, ("checkpoint",), "trainers/value_head_io.py: resume"),
+    Member(TRAINER, "_load_rng_state", CALL, ("checkpoint",), "trainers/value_head_io.py: resume"),
+    Member(TRAINER, "save_model", OVERRIDE, ("output_dir", "_internal_call"),
+           "trainers/value_head_io.py: adapter + value head"),
     # --- FSDP2 (runtime/sharding.py, models/sharded.py) --------------------------------------------------
     Member("accelerate.state.PartialState", "_shared_state", ATTRIBUTE,
            used_in="runtime/sharding.py: the promoted FSDP type, as accelerate stores it for GPU types"),

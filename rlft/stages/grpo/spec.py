@@ -227,7 +227,7 @@ def trl_unread(c: StageChecks) -> str | None:
     """Why this GRPO config reads no `trl:` key (None: TRL's GRPOConfig is built, streaming and async included:
     their trainer subclasses the synchronous one and drives TRL's own generate, score and loss paths)."""
     if c.get("env.name"):
-        return ("GRPO with env.name runs rlft's own episode loop (rlft/trainers/grpo_episodes.py), which does not "
+        return ("GRPO with env.name runs rlft's own episode loop (rlft/stages/grpo/episodes.py), which does not "
                 "read trl: keys; drop it (grpo.* and train.* configure that loop)")
     return None
 
@@ -331,7 +331,7 @@ def file_checks(c: StageChecks) -> None:
     from rlft.data.peek import DataError, peek_columns
 
     if path == "demo":
-        from rlft.demo import demo_prompts
+        from rlft.data.demo import demo_prompts
 
         rows: int | None = len(demo_prompts())
     else:
@@ -430,7 +430,7 @@ def loss_note(g) -> str:
 
 def micro_batch(cfg, world: int) -> int:
     """Completions per training forward/backward on one of `world` processes, as the runner lays them out."""
-    from rlft.run import RunError
+    from rlft.errors import RunError
     from rlft.stages.grpo.layout import grpo_batch_layout
 
     try:

@@ -1,0 +1,49 @@
+"""One update's episodes as the PPO loop's learner reads them (`PPOBatch`), and a minibatch of them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from rlft.rollout import Rollouts, Scores
+
+
+@dataclass
+class PPOBatch:
+    """One update's episodes on this process, laid out for the learner: B rows of a left-padded prompt (P
+    tokens) and a completion (T tokens); L = P + T. Filled in two steps: sampling (ids, masks, the sampler's
+    log-probs) and the update's rollout (rewards, the learner's log-probs and values, advantages)."""
+    input_ids_BL: Tensor
+    attention_mask_BL: Tensor
+    position_ids_BL: Tensor                 # as generate() numbers positions
+    prompt_len: int                         # P
+    mask_BT: Tensor                         # 1 on action tokens: loss, GAE and metrics run over these
+    logp_sampler_BT: Tensor                 # the sampler's log-probs of the drawn tokens
+    rollouts: Rollouts | None = None        # single-turn: what rollout.sample drew
+    episodes: list | None = None            # multi-turn: one rlft.rollout.episodes.Episode per row
+    env_rewards_BT: Tensor | None = None    # multi-turn: step rewards on each turn's last action token
+    logp_behaviour_BT: Tensor | None = None  # async: the sampler copy's log-probs (it drew with older weights)
+    rows: list[dict] | None = None          # the data rows sampled from
+    scores: Scores | None = None            # single-turn: the rewards of each completion
+    logp_old_BT: Tensor | None = None       # the learner's log-probs before the update (the ratio's denominator)
+    values_old_BT: Tensor | None = None     # its values, 0 off the mask
+    advantages_BT: Tensor | None = None
+    returns_BT: Tensor | None = None
+    metrics: dict = field(default_factory=dict)  # the update's rollout metrics
+
+    def select(self, idx: Tensor) -> PPOBatch:
+        """The rows `idx` (a minibatch): every per-row tensor and list indexed; the update's own records
+        (rollouts, scores, metrics) stay with the whole batch."""
+        rows = idx.tolist()
+        kept = {"prompt_len": self.prompt_len}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor):
+                kept[f.name] = value[idx]
+            elif f.name in ("rows", "episodes") and value is not None:
+                kept[f.name] = [value[i] for i in rows]
+        return PPOBatch(**kept)
