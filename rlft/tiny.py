@@ -20,7 +20,7 @@ the embeddings frozen. At the usual ``initializer_range`` of 0.02 the logits
 stay nearly uniform whatever LoRA does, so LoRA fine-tuning cannot learn. Too
 large a scale hurts as well: the random residual stream then dwarfs what a
 LoRA update adds, and learning stalls or collapses onto a partial solution.
-Measured with stock TRL GRPO + LoRA on the demo task of :mod:`rlft.demo`
+Measured with stock TRL GRPO + LoRA on the demo task of :mod:`rlft.data.demo`
 (``scripts/plain_trl_grpo_demo.py``: 60 steps, lr 3e-3, mean reward of the
 last 10 steps): 0.02 does not learn (~0.03), 0.1 plateaus near 0.8, 0.15 and
 0.2 reach 0.95-1.0 for most seeds, 0.3 stalls or collapses (0.4-0.7). The
@@ -127,7 +127,7 @@ def tiny_corpus() -> list[str]:
         lines.append(alphabet)
     # Runs of repeated lowercase letters, with and without a leading space, so
     # that e.g. "q", "qq", "qqqq", " q", " qq", " qqqq" are tokens. They give each
-    # letter a family of tokens, which makes "repeat a letter" (rlft.demo)
+    # letter a family of tokens, which makes "repeat a letter" (rlft.data.demo)
     # learnable from a random init.
     for ch in letters:
         lines.append(" ".join(ch * n for n in (1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 4, 8)))

@@ -52,7 +52,7 @@ def build(kind: str, overrides: list[str], out: str, timer: StepTimer):
     from trl import GRPOTrainer
 
     from rlft.config import load_config
-    from rlft.demo import char_fraction
+    from rlft.rewards.builtin import char_fraction
     from rlft.models.loading import load_model_and_tokenizer, lora_config
     from rlft.stages.grpo.runner import grpo_trl_config, load_prompt_dataset
     from rlft.trainers.grpo import RlftGRPOTrainer

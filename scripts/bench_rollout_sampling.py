@@ -37,7 +37,7 @@ def main() -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
     from rlft.rollout import SamplingParams, sample
     from rlft.tiny import ensure_tiny_model
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write rlft's built-in preference demo data: configs/examples/data/preference_demo.jsonl.
 
-The task is the GRPO demo's "repeat a letter" (see :mod:`rlft.demo`) as preference pairs: the
+The task is the GRPO demo's "repeat a letter" (see :mod:`rlft.data.demo`) as preference pairs: the
 chosen answer repeats the prompt's letter, the rejected one repeats another letter, e.g.
 
     {"prompt": "Repeat the letter a: ", "chosen": "aaaa", "rejected": "bbbb"}
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rlft.demo import DEMO_LETTERS, demo_prompts  # noqa: E402
+from rlft.data.demo import DEMO_LETTERS, demo_prompts  # noqa: E402
 
 DEFAULT_OUT = ROOT / "configs" / "examples" / "data" / "preference_demo.jsonl"
 

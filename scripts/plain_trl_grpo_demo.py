@@ -3,7 +3,7 @@
 
 Builds (or reuses) the tiny model from :mod:`rlft.tiny`, wraps it with a LoRA
 adapter on all linear projections, and trains it with an unmodified
-``trl.GRPOTrainer`` on the "repeat a character" demo task of :mod:`rlft.demo`,
+``trl.GRPOTrainer`` on the "repeat a character" demo task of :mod:`rlft.data.demo`,
 on CPU in fp32. Prints the mean reward and the wall time of every step, then a
 summary (mean reward of the first and last 10 steps, seconds per step).
 
@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-completion-length", type=int, default=16)
     p.add_argument("--n-prompts", type=int, default=64, help="demo dataset size")
     p.add_argument("--letters", default=None,
-                   help="target letters of the demo prompts (default: rlft.demo.DEMO_LETTERS, one letter)")
+                   help="target letters of the demo prompts (default: rlft.data.demo.DEMO_LETTERS, one letter)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     p.add_argument("--cache-dir", default=None, help="tiny model cache folder (default: $RLFT_CACHE or ~/.cache/rlft)")
     p.add_argument("--quiet", action="store_true", help="only print the summary")
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlft.demo import char_fraction, demo_prompts
+    from rlft.rewards.builtin import char_fraction
+    from rlft.data.demo import demo_prompts
     from rlft.tiny import ensure_tiny_model
 
     hf_logging.set_verbosity_error()

@@ -82,7 +82,7 @@ def test_overwrite_of_an_rlft_run_still_replaces_it(tmp_path):
 def test_training_leaves_the_data_folder_as_it_was(tmp_path):
     from datasets import Dataset
 
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
 
     data = tmp_path / "data"
     data.mkdir()

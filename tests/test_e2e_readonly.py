@@ -55,7 +55,7 @@ def test_read_only_output_folder_is_one_line_exit_2(tmp_path):
 def test_read_only_config_and_data_folder_still_trains(tmp_path):
     from datasets import Dataset
 
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
 
     conf = tmp_path / "conf"
     conf.mkdir()

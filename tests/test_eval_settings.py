@@ -125,7 +125,7 @@ def test_greedy_with_several_samples_is_refused():
 
 def test_a_whole_eval_section_validates():
     res = validate("eval.samples_per_prompt=4", "eval.max_new_tokens=32", "eval.temperature=0.7",
-                   "eval.rewards=[{fn: 'rlft.demo:char_fraction', name: letter}]")
+                   "eval.rewards=[{fn: char_fraction, name: letter}]")
     assert res.exit_code == 0, res.output
 
 
@@ -165,9 +165,9 @@ def test_a_dpo_run_samples_its_eval_with_the_eval_section(tmp_path):
     out = tmp_path / "run"
     data = EXAMPLES / "data" / "preference_demo.jsonl"
     res = run_cli("train", "--stage", "dpo", "--hw", "cpu", "-c", EXAMPLES / "dpo_demo.yaml", f"train.output_dir={out}",
-                  "rewards=[{fn: 'rlft.demo:char_fraction'}]", f"data.eval={data}", "data.eval_prompts=3",
+                  "rewards=[{fn: char_fraction, kwargs: {char: a}}]", f"data.eval={data}", "data.eval_prompts=3",
                   "train.max_steps=1", "eval.max_new_tokens=3", "eval.samples_per_prompt=2", "eval.temperature=0.5",
-                  "eval.rewards=[{fn: 'rlft.demo:char_fraction', name: letter_again}]")
+                  "eval.rewards=[{fn: char_fraction, kwargs: {char: a}, name: letter_again}]")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "answers of up to 3 new tokens: eval.max_new_tokens" in res.stderr
     end = json.loads((out / "summary.json").read_text())["eval"]["end"]

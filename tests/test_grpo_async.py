@@ -17,7 +17,8 @@ def _run(tmp_path, name, lag=None, steps=3):
     from trl import GRPOConfig
 
     from rlft.config import load_config
-    from rlft.demo import char_fraction, demo_prompts
+    from rlft.rewards.builtin import char_fraction
+    from rlft.data.demo import demo_prompts
     from rlft.tiny import ensure_tiny_model
     from rlft.trainers.grpo import RlftGRPOTrainer
     from rlft.trainers.grpo_async import AsyncGRPOTrainer

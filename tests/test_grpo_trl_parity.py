@@ -20,7 +20,8 @@ def _trainer(cls, tmp_path, name, scale_rewards="group", **extra):
     from trl import GRPOConfig
     from datasets import Dataset
 
-    from rlft.demo import char_fraction, demo_prompts
+    from rlft.rewards.builtin import char_fraction
+    from rlft.data.demo import demo_prompts
     from rlft.tiny import ensure_tiny_model
 
     path = ensure_tiny_model()
@@ -35,7 +36,7 @@ def _trainer(cls, tmp_path, name, scale_rewards="group", **extra):
 def test_group_mean_std_matches_stock_trl(tmp_path):
     from trl import GRPOTrainer
 
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
     from rlft.trainers.grpo import RlftGRPOTrainer
 
     stock = _trainer(GRPOTrainer, tmp_path, "stock")
@@ -56,7 +57,7 @@ def test_group_mean_batch_std_matches_stock_trl_batch_scaling(tmp_path):
     """LitePPO's baseline (`group_mean_batch_std`) is TRL's scale_rewards="batch"."""
     from trl import GRPOTrainer
 
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
     from rlft.trainers.grpo import RlftGRPOTrainer
 
     stock = _trainer(GRPOTrainer, tmp_path, "stock", scale_rewards="batch")
@@ -77,7 +78,7 @@ def test_on_policy_kl_penalty_in_the_loss_equals_eager_computation(tmp_path):
     """With the sampler equal to the policy, rlft folds the KL penalty into the advantages inside the loss's
     forward pass (no extra pass); over one micro-batch that must equal the eager formula exactly."""
     from rlft.algos import kl_penalty_advantages
-    from rlft.demo import demo_prompts
+    from rlft.data.demo import demo_prompts
     from rlft.trainers.grpo import RlftGRPOTrainer
 
     cfg = _cfg("grpo.baseline_mode=group_mean", "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=advantage")

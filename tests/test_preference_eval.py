@@ -9,7 +9,7 @@ from conftest import ROOT, run_cli
 from rlft.stages.preference_eval import last_logged
 
 EXAMPLES = ROOT / "configs" / "examples"
-PROMPT_LETTER = "rewards=[{fn: 'rlft.demo:char_fraction'}]"  # the target letter read from the prompt
+ONE_LETTER = "rewards=[{fn: char_fraction, kwargs: {char: a}}]"  # the pairs carry no `target` column: one letter
 
 
 def test_last_logged_takes_the_last_number_of_a_key():
@@ -24,7 +24,7 @@ def test_dpo_with_rewards_and_eval_pairs_reports_reward_and_accuracy(tmp_path):
     out = tmp_path / "run"
     data = EXAMPLES / "data" / "preference_demo.jsonl"
     res = run_cli("train", "--stage", "dpo", "--hw", "cpu", "-c", EXAMPLES / "dpo_demo.yaml", f"train.output_dir={out}",
-                  PROMPT_LETTER, f"data.eval={data}", "data.eval_prompts=4", "train.max_steps=2", "train.eval_steps=2")
+                  ONE_LETTER, f"data.eval={data}", "data.eval_prompts=4", "train.max_steps=2", "train.eval_steps=2")
     assert res.returncode == 0, res.stderr[-3000:]
     ev = json.loads((out / "summary.json").read_text())["eval"]
     assert isinstance(ev["start"]["reward_mean"], float) and isinstance(ev["end"]["reward_mean"], float)

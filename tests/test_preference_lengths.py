@@ -107,7 +107,7 @@ def test_orpo_eval_with_the_profiles_lengths_samples_whole_answers(tmp_path):
     config.write_text(yaml.safe_dump(demo))
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "orpo", "--hw", "cpu", "-c", config, f"train.output_dir={out}",
-                  "rewards=[{fn: 'rlft.demo:char_fraction'}]", "data.eval_prompts=4", "train.max_steps=2")
+                  "rewards=[{fn: char_fraction, kwargs: {char: a}}]", "data.eval_prompts=4", "train.max_steps=2")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "warning: orpo.max_prompt_length" in res.stderr
     assert yaml.safe_load((out / "config.yaml").read_text())["orpo"]["max_prompt_length"] == 256

@@ -1,4 +1,4 @@
-"""rlft's offline tiny model (rlft.tiny) and the built-in GRPO demo task (rlft.demo)."""
+"""rlft's offline tiny model (rlft.tiny) and the built-in GRPO demo task (rlft.data.demo)."""
 
 import json
 import os
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlft import demo, tiny
+from rlft import tiny
+from rlft.data import demo
+from rlft.rewards.builtin import char_fraction
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +24,7 @@ def built(tmp_path_factory):
 
 
 def test_imports_are_lazy():
-    code = ("import sys, rlft.tiny, rlft.demo; "
+    code = ("import sys, rlft.tiny, rlft.data.demo; "
             "heavy = [m for m in ('torch', 'transformers', 'tokenizers', 'trl', 'peft') if m in sys.modules]; "
             "assert not heavy, heavy")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -186,20 +188,18 @@ def test_demo_prompts():
         demo.demo_prompts(letters="")
 
 
-def test_char_fraction_worked_examples():
+def test_the_demo_rows_are_scored_by_the_built_in_char_fraction():
     completions = ["zzzz", "z z a", "zzzz and", "", "   ", "abc", "Z z"]
-    assert demo.char_fraction(None, completions, target=["z"] * 7) == [1.0, 2 / 3, 4 / 7, 0.0, 0.0, 0.0, 0.5]
-    # one target per completion, as TRL passes dataset columns
-    assert demo.char_fraction(None, ["aab", "aab"], target=["a", "b"]) == [2 / 3, 1 / 3]
-    # a single target for all, and targets read back from the prompts
-    assert demo.char_fraction(None, ["xx", "xy"], target="x") == [1.0, 0.5]
-    prompts = ["Repeat the letter q: ", "Write k many times: "]
-    assert demo.char_fraction(prompts, ["qqk", "qqk"]) == [2 / 3, 1 / 3]
+    rows = demo.demo_prompts(n=7)  # the `target` column the built-in reads, as TRL passes dataset columns
+    targets = [r["target"] for r in rows]
+    assert char_fraction([r["prompt"] for r in rows], completions, target=targets) == [
+        1.0, 2 / 3, 4 / 7, 0.0, 0.0, 0.0, 0.5]
+    multi = demo.demo_prompts(n=2, seed=3, letters="ab")
+    assert char_fraction([], ["aab", "aab"], target=[r["target"] for r in multi]) == (
+        [2 / 3, 1 / 3] if multi[0]["target"] == "a" else [1 / 3, 2 / 3])
     # conversational completions, and the extra keyword arguments TRL passes
     conv = [[{"role": "assistant", "content": "zz z!"}]]
-    assert demo.char_fraction(prompts[:1], conv, target=["z"], completion_ids=[[1]], trainer_state=None) == [0.75]
-    with pytest.raises(ValueError):
-        demo.char_fraction(None, ["a", "b"], target=["a"])
+    assert char_fraction(rows[:1], conv, target=["z"], completion_ids=[[1]], trainer_state=None) == [0.75]
 
 
 def test_write_demo_dataset(tmp_path):

@@ -429,7 +429,7 @@ def _check_reward_columns_of(c: Composed, problems: list[Problem], rewards: list
     from rlft.rewards.registry import reward_columns
 
     if path == "demo":
-        from rlft.demo import demo_prompts
+        from rlft.data.demo import demo_prompts
 
         columns = list(demo_prompts()[0])
     elif path.startswith("builtin:"):

@@ -220,7 +220,7 @@ def read_rows(cfg) -> tuple[list[dict], int | None, str]:
     if not path:
         return [], None, "data.train is unset"
     if path == "demo":
-        from rlft.demo import demo_prompts
+        from rlft.data.demo import demo_prompts
 
         rows = demo_prompts()
         return rows[:limit], min(len(rows), cfg.data.max_samples or len(rows)), ""

@@ -40,7 +40,7 @@ def load_prompt_dataset(cfg: RlftConfig, key: str = "train"):
 
     path = getattr(cfg.data, key)
     if path == "demo":
-        from rlft.demo import demo_prompts
+        from rlft.data.demo import demo_prompts
 
         ds = Dataset.from_list(demo_prompts())
     else:

@@ -1,16 +1,11 @@
-"""Built-in synthetic GRPO demo task: "repeat a character".
+"""Built-in synthetic GRPO demo task: "repeat a character" (`data.train: demo`).
 
-Each prompt asks the model to repeat a target letter; the reward
-:func:`char_fraction` is the fraction of the completion's non-whitespace
-characters that equal that row's target letter. The randomly initialised tiny
-model of :mod:`rlft.tiny` scores about 0.02-0.04; a policy that has learnt the
+Each prompt asks the model to repeat a target letter, and each row carries that letter in its ``target``
+column: ``{"prompt": "Repeat the letter z: ", "target": "z"}`` (plain-text prompts, no chat template
+needed). The reward is the built-in ``char_fraction`` (rlft/rewards/builtin.py), which reads the
+``target`` column: the fraction of the completion's non-whitespace characters equal to that letter. The
+randomly initialised tiny model of :mod:`rlft.tiny` scores about 0.02-0.04; a policy that has learnt the
 task scores close to 1.0.
-
-Dataset rows look like ``{"prompt": "Repeat the letter z: ", "target": "z"}``
-(plain-text prompts, no chat template needed). GRPO trainers pass extra
-dataset columns to reward functions as keyword arguments (one list entry per
-completion), so ``target`` reaches :func:`char_fraction` without further
-wiring.
 
 By default every row targets the same letter (:data:`DEMO_LETTERS`), phrased
 in several ways: stock TRL GRPO + LoRA on the tiny model then lifts the reward
@@ -19,7 +14,8 @@ above 0.9 within about 60 steps on a CPU (see
 (``demo_prompts(letters="abcd")``) the policy must also read the letter from
 the prompt, a much harder task for a 2-layer model: expect hundreds of steps
 rather than dozens (the reward first plateaus at ``1 / len(letters)``, the
-score of always writing one letter).
+score of always writing one letter). :func:`target_from_prompt` reads the
+letter back from a prompt.
 
 Pure python; importing this module does not import torch.
 """
@@ -39,7 +35,6 @@ __all__ = [
     "MULTI_LETTERS",
     "DEMO_TEMPLATES",
     "demo_prompts",
-    "char_fraction",
     "target_from_prompt",
     "write_demo_dataset",
 ]
@@ -109,41 +104,6 @@ def _text_of(x: Any) -> str:
     if isinstance(x, Sequence) and len(x) > 0:
         return _text_of(x[-1])
     return ""
-
-
-def char_fraction(
-    prompts: Sequence[Any] | None,
-    completions: Sequence[Any],
-    target: Sequence[str] | str | None = None,
-    **kwargs: Any,
-) -> list[float]:
-    """Reward: fraction of non-whitespace characters of each completion equal to its target.
-
-    ``target`` is a list with one character per completion (as GRPO trainers
-    pass dataset columns), or a single character for all of them. If it is
-    ``None`` the target is read back from each prompt (see
-    :func:`target_from_prompt`). Empty (or all-whitespace) completions score 0.0.
-    """
-    n = len(completions)
-    if target is None:
-        if prompts is None:
-            raise ValueError("char_fraction needs `target` or `prompts`")
-        targets: list[str | None] = [target_from_prompt(p) for p in prompts]
-    elif isinstance(target, str):
-        targets = [target] * n
-    else:
-        targets = list(target)
-    if len(targets) != n:
-        raise ValueError(f"got {len(targets)} targets for {n} completions")
-
-    rewards: list[float] = []
-    for completion, tgt in zip(completions, targets):
-        chars = [ch for ch in _text_of(completion) if not ch.isspace()]
-        if not chars or not tgt:
-            rewards.append(0.0)
-            continue
-        rewards.append(sum(ch == tgt for ch in chars) / len(chars))
-    return rewards
 
 
 def write_demo_dataset(
