@@ -163,3 +163,42 @@ def test_rs_sft_resume_with_damaged_rounds_json_is_one_line(tmp_path):
     errors = [line for line in res.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and "rounds.json" in errors[0] and "--overwrite" in errors[0], res.stderr[-2000:]
     assert not (out / "final").exists()
+
+
+def _optimizer_of_other_shapes(path):
+    """optimizer.pt as a LoRA rank change would leave it: the same groups and counts, the first state's tensors of
+    another shape (torch loads it; the first optimizer step would fail)."""
+    import torch
+
+    state = torch.load(path, weights_only=True)
+    first = state["param_groups"][0]["params"][0]
+    state["state"][first] = {k: (torch.zeros(*v.shape[:-1], v.shape[-1] + 1) if v.dim() else v)
+                             for k, v in state["state"][first].items()}
+    torch.save(state, path)
+
+
+def test_resume_with_an_optimizer_state_that_does_not_fit_is_one_line(finished, tmp_path):
+    """An optimizer state that loads but does not fit the model (other shapes, other counts) is refused in one
+    line naming the file and what differs, exit 2, before a step is trained: the run's files stay as they were."""
+    import torch
+
+    cases = {
+        "other shapes": (_optimizer_of_other_shapes, "has shape"),
+        "other counts": (lambda path: torch.save(torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))]).state_dict(),
+                                                 path), "it holds 1 group(s) of 1 parameter(s); this model trains 2"),
+    }
+    for name, (damage, said) in cases.items():
+        out = tmp_path / name.replace(" ", "-")
+        shutil.copytree(finished, out)
+        for gone in ("checkpoints/checkpoint-6", "checkpoints/checkpoint-5", "final"):
+            shutil.rmtree(out / gone)
+        damage(_ckpt(out, 4) / "optimizer.pt")
+        before = _snapshot(out)
+        res = _train(out, "train.max_steps=6", "--resume")
+        assert res.returncode == 2 and "Traceback" not in res.stderr, (name, res.stderr[-3000:])
+        errors = [line for line in res.stderr.splitlines() if line.startswith("error")]
+        assert len(errors) == 1, (name, res.stderr[-3000:])
+        assert "checkpoint-4/optimizer.pt does not fit this model" in errors[0] and said in errors[0], errors[0]
+        assert "--overwrite" in errors[0] and "settings the run was trained with" in errors[0]
+        assert _snapshot(out) == before, name
+        assert (_ckpt(out, 4)).is_dir()  # not moved aside: a setting changed, the checkpoint is whole

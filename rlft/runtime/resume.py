@@ -11,7 +11,9 @@ from pathlib import Path
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import COMPLETE_MARKER, RunDir, RunError, RunOptions, checkpoint_step
+from rlft.rundir.folder import COMPLETE_MARKER, RunDir, checkpoint_step
+from rlft.errors import RunError
+from rlft.rundir.options import RunOptions
 from rlft.runtime.checkpoint_files import checkpoint_problem, read_rlft_state
 from rlft.runtime.resume_config import check_resume_config
 from rlft.runtime.resume_logs import resume_logs
@@ -113,6 +115,20 @@ class Resume:
             known = {bad: problem}
             self._carry_out(plan_resume(run, target_steps(self.cfg), lambda p: known.get(p) or checkpoint_problem(p)),
                             run, first=False)
+        if self.checkpoint is not None and not self.final_only:
+            self.check_optimizer(trainer)
+
+    def check_optimizer(self, trainer) -> None:
+        """Before the first step: the checkpoint's optimizer state fits the parameters this run trains, or a
+        RunError naming the file and what differs (torch would load a state of other shapes and fail mid-step)."""
+        from rlft.runtime.optimizer_fit import OPTIMIZER, optimizer_mismatch
+
+        mismatch = optimizer_mismatch(trainer, self.checkpoint)
+        if mismatch:
+            raise RunError(f"cannot resume: {self.checkpoint / OPTIMIZER} does not fit this model: {mismatch}. It "
+                           f"was saved for other trainable weights (a model or lora setting changed since the run "
+                           f"started, or the file was edited): resume with the settings the run was trained with, "
+                           f"or start a new run (another train.output_dir, or --overwrite)")
 
     def newest_checkpoint(self, folder: Path) -> Path | None:
         """For a stage with its own resume: the newest whole checkpoint in `folder`, its rlft state read."""
