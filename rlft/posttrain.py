@@ -249,7 +249,7 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
     completion to `out` (completions.jsonl's format) and return per-reward and total means."""
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.rollout import CompletionLog, SamplingParams, sample, score
-    from rlft.stages.prompt_data import prepare_prompt_data
+    from rlft.stages.common.prompt_data import prepare_prompt_data
 
     try:
         suite = build_reward_suite([vars(r) for r in cfg.rewards], max_failure_fraction=1.0)

@@ -1,5 +1,5 @@
 """`rlft rewards try`: run the config's reward functions on completions without training, through the
-suite training builds (`rlft.stages.prompt_data.reward_suite`: weights, kwargs, timeouts, columns) and
+suite training builds (`rlft.stages.common.prompt_data.reward_suite`: weights, kwargs, timeouts, columns) and
 the scorer training calls (`rlft.rollout.score_texts`), one call per prompt's completions. The
 completions come from a run's log (re-scored with the reward code as it is now, against the logged
 scores), from a hand-written jsonl file, or fresh from the configured model (the only path that loads
@@ -182,7 +182,7 @@ def items_from_run(run: Path, cfg: RlftConfig) -> list[Item]:
     """The run's logged completions, each with the columns of its data row (found by prompt_id in the
     run's data.train, loaded as training loaded it)."""
     from rlft.errors import RunError
-    from rlft.stages.prompt_data import load_prompt_dataset
+    from rlft.stages.common.prompt_data import load_prompt_dataset
 
     path = run_log(run)
     rows = read_jsonl(path, "--from-run")
@@ -246,7 +246,7 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     from rlft.rollout.score import sampled_columns
     from rlft.errors import RunError
     from rlft.runtime import quiet_libraries
-    from rlft.stages.prompt_data import prepare_prompt_data
+    from rlft.stages.common.prompt_data import prepare_prompt_data
 
     if cfg.env.name:
         raise TryError(f"env.name={cfg.env.name}: this config's rewards come from its environment's episodes; "
@@ -363,7 +363,7 @@ def try_rewards(cfg: RlftConfig, composed, *, from_run: Path | None, completions
     check_counts(sample, max_prompts if sample is not None else None)
     from rlft.rewards.trial import compare
     from rlft.errors import RunError
-    from rlft.stages.prompt_data import reward_suite
+    from rlft.stages.common.prompt_data import reward_suite
 
     if not cfg.rewards:
         raise TryError("the config has no rewards to try (rewards: [{fn: ...}])")

@@ -54,7 +54,8 @@ def build(kind: str, overrides: list[str], out: str, timer: StepTimer):
     from rlft.config import load_config
     from rlft.rewards.builtin import char_fraction
     from rlft.models.loading import load_model_and_tokenizer, lora_config
-    from rlft.stages.grpo.runner import grpo_trl_config, load_prompt_dataset
+    from rlft.stages.common.prompt_data import load_prompt_dataset
+    from rlft.stages.grpo.runner import grpo_trl_config
     from rlft.trainers.grpo import RlftGRPOTrainer
 
     cfg, _, _ = load_config("grpo", "cpu", [DEMO], overrides + ["train.save_steps=100000"])

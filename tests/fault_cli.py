@@ -50,7 +50,7 @@ def nan_loss_at_step(step: int) -> None:
 
 def sigterm_after_prompts(n: int) -> None:
     """After the rows that complete the round's first n prompts are appended to samples.jsonl."""
-    from rlft.stages.samples_log import SamplesLog
+    from rlft.stages.common.samples_log import SamplesLog
 
     pending = [n]
 

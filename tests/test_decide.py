@@ -7,7 +7,9 @@ import pytest
 from rlft.stages.awr.spec import AWRConfig
 from rlft.stages.rs_sft.spec import RSSFTConfig
 from rlft.errors import RunError
-from rlft.stages.decide import awr_decide, rs_sft_decide, training_pairs
+from rlft.stages.awr.decide import awr_decide
+from rlft.stages.rs_sft.decide import rs_sft_decide
+from rlft.stages.common.rounds import training_pairs
 
 
 def _rows(totals, n):

@@ -21,7 +21,7 @@ def test_rlft_reads_no_test_only_variable():
 def test_every_fault_installs_on_its_target(monkeypatch, tmp_path):
     from rlft.monitor.callbacks import InterruptCallback
     from rlft.monitor.metrics import MetricsWriter
-    from rlft.stages.samples_log import SamplesLog
+    from rlft.stages.common.samples_log import SamplesLog
 
     targets = [(MetricsWriter, "_carry_batch_metrics"), (SamplesLog, "append"), (InterruptCallback, "on_step_begin")]
     before = [getattr(cls, name) for cls, name in targets]

@@ -3,7 +3,7 @@ the decision rewrite."""
 
 import json
 
-from rlft.stages.samples_log import SamplesLog
+from rlft.stages.common.samples_log import SamplesLog
 
 
 def _rows(round_, pid, n=2, total=0.5):

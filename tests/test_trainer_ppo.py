@@ -12,7 +12,7 @@ def _trainer(tmp_path, *overrides):
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
     from rlft.rewards import build_reward_suite
     from rlft.stages.ppo.runner import training_arguments
-    from rlft.stages.prompt_data import load_prompt_dataset
+    from rlft.stages.common.prompt_data import load_prompt_dataset
     from rlft.trainers.ppo import RlftPPOTrainer
 
     cfg, _, _ = load_config("ppo", "cpu", ["configs/examples/ppo_demo.yaml"],

@@ -12,7 +12,7 @@ from rlft.rewards import BUILTIN_REWARDS, overlong_penalty, soft_overlong
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout.episodes import Episode, episode_metrics
 from rlft.rollout.score import sampled_columns, score
-from rlft.stages.decide import sampled_metrics
+from rlft.stages.common.rounds import sampled_metrics
 
 
 # --- the reward -------------------------------------------------------------------------------

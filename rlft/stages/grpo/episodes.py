@@ -42,7 +42,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     from rlft.models.loading import load_policy_tokenizer
-    from rlft.stages.episode_setup import env_setup, policy_with_value_head
+    from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
 
     tokenizer = load_policy_tokenizer(cfg)
     env_factory, guard, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rlft.algos.schedule import ppo_loop_schedule
 from rlft.config.compose import Composed
 from rlft.rundir.options import RunOptions
-from rlft.stages.episode_setup import env_setup, policy_with_value_head
+from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
 from rlft.stages.ppo.spec import schedule as ppo_schedule
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite, completions=None,
     defaults: one sample at PPO's sampling settings) through the same code as GRPO's eval, or None when
     data.eval_prompts is 0; with a step the samples go to `completions`."""
     from rlft.rollout import stage_evaluation
-    from rlft.stages.prompt_data import eval_rows
+    from rlft.stages.common.prompt_data import eval_rows
 
     rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
     return stage_evaluation(cfg, rows, tokenizer, suite, ppo_eval_defaults(cfg), cfg.ppo.batch_size, completions,
@@ -59,7 +59,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
     quiet_libraries(opts.verbose)
     from rlft.models.loading import load_policy_tokenizer
-    from rlft.stages.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
+    from rlft.stages.common.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
 
     # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
     suite = None  # with an environment the env's step rewards are the rewards
