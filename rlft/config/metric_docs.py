@@ -32,7 +32,7 @@ COEF = "coefficient (per nat per token)"
 INDEX = "index (1-based)"
 
 # The sampled stages' batch metrics: GRPO (TRL's GRPOTrainer with rlft's hooks, rlft/trainers/grpo.py; rlft's
-# PPO loop over multi-turn episodes, rlft/trainers/grpo_episodes.py) and PPO (rlft/trainers/ppo.py).
+# PPO loop over multi-turn episodes, rlft/stages/grpo/episodes.py) and PPO (rlft/trainers/ppo.py).
 ONLINE: dict[str, Doc] = {
     "reward": ("mean total reward (the `rewards[]` scores times their weights, summed) of the step's scored "
                "completions; with `env.name`, the mean episode return", REWARD),
@@ -245,6 +245,9 @@ PATTERNS: dict[str, Doc] = {
     "eval_prompt_std": ("evaluation row: standard deviation over the evaluation prompts of each prompt's mean total "
                         "reward (how unevenly the policy does across prompts)", REWARD),
     "eval_rewards/<name>": ("evaluation row: mean score of reward `<name>` on those samples", REWARD),
+    "eval_rewards/<name>/errors": ("evaluation row: samples reward `<name>` left unscored (raised, timed out or "
+                                   "returned None), left out of the eval means; summary.json's eval parts count them "
+                                   "as `reward_failures`", COUNT),
     "eval_success_rate": ("evaluation row with `env.name`: share of evaluation episodes that succeeded", FRACTION),
 }
 

@@ -60,12 +60,13 @@ def _is_batch_key(key: str) -> bool:
 
 def eval_row(result: dict) -> dict:
     """One evaluation during training as a metrics row: eval_reward (mean@n), pass@n, the spread over prompts,
-    each reward's mean, an episode success rate."""
+    each reward's mean and the samples it left unscored, an episode success rate."""
     logs = {"eval_reward": result.get("reward_mean")}
     for key, name in (("pass_at_k", "eval_pass_at_k"), ("prompt_std", "eval_prompt_std")):
         if result.get(key) is not None:
             logs[name] = result[key]
     logs.update({f"eval_rewards/{k}": v for k, v in (result.get("per_reward") or {}).items()})
+    logs.update({f"eval_rewards/{k}/errors": v for k, v in (result.get("reward_failures") or {}).items()})
     if result.get("success_rate") is not None:
         logs["eval_success_rate"] = result["success_rate"]
     return logs

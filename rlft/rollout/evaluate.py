@@ -24,7 +24,9 @@ __all__ = ["EVAL_SEED_OFFSET", "evaluate", "evaluation", "sampling_params", "sta
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
              on_samples=None, *, pass_threshold: float = 1.0, extra_suite=None, sampling: dict | None = None) -> dict:
     """{"reward_mean" (mean@n), "pass_at_k", "prompt_std", "k", "n" (scored samples), "prompts", "unscored",
-    "eval_set", "per_reward" (each reward's mean), "sampling"} (rlft.rollout.eval_stats has the numbers' rule).
+    "eval_set", "per_reward" (each reward's mean), "reward_failures" (each reward's samples left without a score:
+    it raised, timed out or returned no number, as training rows' rewards/<name>/errors count them), "sampling"}
+    (rlft.rollout.eval_stats has the numbers' rule).
     `extra_suite` (eval.rewards) scores the same samples; its rewards join per_reward but never the total.
     `sampling` (EvalSettings.as_dict) is recorded and covered by the eval_set digest.
     `on_samples(samples)`, when given, gets the first completion of each prompt (prompt index, completion,
@@ -77,9 +79,11 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
         per_reward[name] = round(statistics.fmean(values), 6) if values else None
     if on_samples is not None:
         on_samples([x for k in range(len(starts)) for x in by_chunk[k][2]])
+    failures = {name: sum(v is None for k in range(len(starts)) for v in by_chunk[k][1].get(name, []))
+                for name in names}
     out = {**prompt_stats(totals, n, pass_threshold), "n": len(scored), "prompts": len(prompts),
            "unscored": len(totals) - len(scored), "eval_set": eval_set(prompts, names, sampling),
-           "per_reward": per_reward}
+           "per_reward": per_reward, "reward_failures": failures}
     if sampling is not None:
         out["sampling"] = sampling
     return out
@@ -99,6 +103,7 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
                         "sampling": dataclasses.replace(settings, batch_size=per_call).as_dict()}
         self.completions = completions
         self.main = os.environ.get("RANK", "0") == "0"
+        self.said: set[str] = set()  # the rewards whose eval failures the console was told of
 
     def __call__(self, model, step: int | None = None) -> dict:
         from rlft.rollout.log import write_eval_samples
@@ -106,7 +111,28 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
         prompts = self.args[2]
         log = None if step is None or self.completions is None or not self.main else \
             (lambda samples: write_eval_samples(self.completions, step, prompts, samples))
-        return evaluate(model, *self.args, on_samples=log, **self.options)
+        result = evaluate(model, *self.args, on_samples=log, **self.options)
+        if self.main:
+            self.say_failures(result, step)
+        return result
+
+    def say_failures(self, result: dict, step: int | None) -> None:
+        """Once per reward and run, on the console: a reward gave no score to evaluation samples (each eval counts
+        them in its `reward_failures`)."""
+        import sys
+
+        said = self.said
+        rewards = {r.name: r for s in (self.args[1], self.options["extra_suite"]) if s is not None for r in s.rewards}
+        total = result["unscored"] + result["n"]
+        for name, count in (result.get("reward_failures") or {}).items():
+            if not count or name in said:
+                continue
+            said.add(name)
+            last = getattr(rewards.get(name), "last_error", None)
+            print(f"rlft: WARNING evaluation{'' if step is None else f' at step {step}'}: reward {name!r} gave no "
+                  f"score to {count} of {total} samples{f' (last: {last:.200})' if last else ''}; counted as "
+                  f"eval reward_failures (summary.json, eval_rewards/{name}/errors in metrics.jsonl), left out of "
+                  f"the eval means (said once per reward)", file=sys.stderr, flush=True)
 
 
 def sampling_params(settings: EvalSettings, seed: int, batch_size: int | None) -> SamplingParams:

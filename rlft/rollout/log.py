@@ -70,7 +70,7 @@ class CompletionLog:
 def write_eval_samples(path: str | Path, step: int, prompts: Sequence[Any], samples: Sequence[Mapping]) -> None:
     """Append one evaluation's samples to `path` (the run's eval_completions.jsonl): `prompt_id` `eval-<i>` (the i-th
     evaluation prompt, the same at every evaluation, so the report lines one prompt's answers up across steps) and
-    `split: eval`."""
+    `split: eval`; a row some reward gave no score names those rewards in `reward_failures`."""
     from rlft.data.messages import as_text
 
     with open(path, "a") as f:
@@ -79,6 +79,9 @@ def write_eval_samples(path: str | Path, step: int, prompts: Sequence[Any], samp
             row = {"step": step, "prompt_id": f"eval-{i}", "prompt": as_text(prompts[i]), "completion": x["completion"],
                    "rewards": {name: _num(v) for name, v in (x.get("rewards") or {}).items()},
                    "total": _num(x.get("total")), "split": "eval"}
+            failed = [name for name, v in (x.get("rewards") or {}).items() if _num(v) is None]
+            if failed:  # the rewards that gave this sample no score (raised, timed out, returned no number)
+                row["reward_failures"] = failed
             f.write(json.dumps(row) + "\n")
 
 
