@@ -193,10 +193,10 @@ def test_dry_run_single_process_slurm_script(tmp_path):
 
 def test_dry_run_matches_what_the_launcher_starts(monkeypatch, tmp_path):
     """launch.launch, its process start replaced: the printed line is its command, with the variables it sets."""
-    import rlft.launch
+    import rlft.launch.processes
     from rlft.config.compose import compose
     from rlft.config.validate import validate
-    from rlft.dry_run import as_accelerate_launch, launch_env, machine_args, machine_command
+    from rlft.launch.dry_run import as_accelerate_launch, launch_env, machine_args, machine_command
 
     started = {}
 
@@ -219,14 +219,14 @@ def test_dry_run_matches_what_the_launcher_starts(monkeypatch, tmp_path):
         terminate = kill = lambda self: None
 
     monkeypatch.setattr(subprocess, "Popen", FakeProcess)
-    monkeypatch.setattr(rlft.launch, "port_is_free", lambda port: True)  # another run may hold it on this machine
+    monkeypatch.setattr(rlft.launch.processes, "port_is_free", lambda port: True)  # another run may hold it here
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     for hw in ("ddp", "fsdp"):
         composed = compose("grpo", hw, [ROOT / "configs/examples/grpo_demo.yaml"], ["hw.device=cpu",
                                                                                     "hw.num_processes=2"])
         cfg, _ = validate(composed, for_train=True)
         args = ["train", "--stage", "grpo", "--hw", hw, "hw.device=cpu", "hw.num_processes=2"]
-        rlft.launch.launch(cfg, machine_args(args, tmp_path, None))
+        rlft.launch.processes.launch(cfg, machine_args(args, tmp_path, None))
         printed = shlex.split(machine_command(cfg, args, tmp_path, 0))
         env = launch_env(cfg)
         assert printed == [f"{k}={v}" for k, v in env.items()] + as_accelerate_launch(started["cmd"])
@@ -321,7 +321,7 @@ def test_a_run_folder_named_with_line_breaks_runs_nothing_from_the_script(tmp_pa
     """A folder found on disk (a bare --resume) is not a config value validation sees: the script writes every line
     break of it as `\\n`, in its comments too, and passes the folder to the task intact."""
     from rlft.config import load_config
-    from rlft.dry_run import launch_lines, sbatch_script
+    from rlft.launch.dry_run import launch_lines, sbatch_script
 
     root = tmp_path / f"run\ntouch {tmp_path}/PWNED\n#\rtouch {tmp_path}/PWNED2\u2028x"
     args = ["train", "--stage", "grpo", "--hw", "ddp"]
@@ -377,7 +377,7 @@ def _two_node_cfg():
 def test_script_lines_do_not_depend_on_the_run_folder_name(name):
     """Whatever the folder is called, the script has the same lines, and every line before the first blank one is a
     comment or an #SBATCH line (bash runs none of them)."""
-    from rlft.dry_run import sbatch_script
+    from rlft.launch.dry_run import sbatch_script
 
     cfg = _two_node_cfg()
     text = sbatch_script(cfg, ["train"], Path("/runs") / name, Path("/work"))

@@ -164,7 +164,7 @@ def _machines(base, port, extra_of=lambda rank: (), timeout_s=120, ranks=(0, 1))
 
 
 def _port():
-    from rlft.launch import free_port
+    from rlft.launch.processes import free_port
 
     return free_port()
 

@@ -57,7 +57,7 @@ def test_cpu_profile_builds_real_trl_config(stage, tmp_path):
 
 
 def test_accelerate_command_for_ddp_and_fsdp():
-    from rlft.launch import accelerate_command
+    from rlft.launch.processes import accelerate_command
 
     cfg, _, _ = load_config("grpo", "ddp", [],
                             ["hw.num_machines=2", "hw.machine_rank=1", "hw.main_process_ip=10.0.0.1"])

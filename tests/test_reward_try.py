@@ -158,7 +158,7 @@ def test_run_whose_data_lost_the_prompt_is_bad_input(tmp_path):
 def test_scoring_without_sampling_imports_no_torch(tmp_path):
     """--completions and --from-run score through rlft.rollout.score, which must not load torch with the
     sampler; the package's `sample` stays the function when its submodule is imported first."""
-    code = ("import sys, rlft.rollout.score, rlft.rollout.log, rlft.reward_try\n"
+    code = ("import sys, rlft.rollout.score, rlft.rollout.log, rlft.commands.reward_try\n"
             "assert 'torch' not in sys.modules, 'torch'\n"
             "import rlft.rollout.episodes, rlft.rollout\n"
             "assert callable(rlft.rollout.sample) and callable(rlft.rollout.evaluate), rlft.rollout.sample\n"
@@ -236,7 +236,7 @@ def test_a_damaged_hand_written_row_is_named(tmp_path, row, message):
 
 def test_sample_is_bounded_before_anything_loads(tmp_path):
     """`--sample 1000000000000` loaded the model, then asked for room for 10**12 completions per prompt."""
-    from rlft.reward_try import TryError, check_sources
+    from rlft.commands.reward_try import TryError, check_sources
 
     with pytest.raises(TryError, match=r"^--sample 1000000000000 is out of range; expected an integer between 1 and "
                                        r"256$"):

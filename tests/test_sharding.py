@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlft.config import load_config
-from rlft.launch import forget_unstarted, free_port, port_is_free
+from rlft.launch.processes import forget_unstarted, free_port, port_is_free
 from rlft.models.sharded import fsdp_units, whole_weights
 from rlft.errors import RunError
 from rlft.runtime.ranks import launched_exit_code, run_fingerprint

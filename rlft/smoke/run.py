@@ -251,7 +251,7 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
     from rlft.config.compose import compose
     from rlft.config.stages import get_spec
     from rlft.config.validate import validate
-    from rlft.launch import preflight
+    from rlft.launch.processes import preflight
     from rlft.rundir.options import RunOptions
     from rlft.smoke.interrupt import stop_at_first_checkpoint
     from rlft.stages import StageNotBuilt, get_runner

@@ -2,8 +2,8 @@
 and with a `slurm:` section the batch script that runs them on a SLURM allocation (one task per node, each
 running `accelerate launch` with its node's rank).
 
-The commands come from rlft.launch's own `accelerate_command` and `replace_hw`, so what is printed is what the
-launcher runs. Nothing here imports torch or accelerate, and nothing is written except the SLURM script (in the
+The commands come from rlft.launch.processes' own `accelerate_command` and `replace_hw`, so what is printed is
+what the launcher runs. Nothing here imports torch or accelerate, and nothing is written except the SLURM script (in the
 run folder, created and marked for the run when it is new)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from rlft.config.schema import RlftConfig
 from rlft.config.validate import CONTROL
 from rlft.rundir.markers import MARKER, mark, read_marker
-from rlft.launch import LAUNCHED_ENV, accelerate_command, replace_hw
+from rlft.launch.processes import LAUNCHED_ENV, accelerate_command, replace_hw
 from rlft.rundir.folder import RUN_KIND, is_run_folder
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions

@@ -1,10 +1,12 @@
-"""What a bug report needs: versions of the stack and the devices torch can see."""
+"""`rlft env`: what a bug report needs, the versions of the stack and the devices torch can see."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import platform
 import sys
+
+import typer
 
 
 def _version(pkg: str) -> str:
@@ -41,3 +43,9 @@ def collect_env() -> dict[str, str]:
     except ImportError:
         info["devices"] = "torch not installed"
     return info
+
+
+def env() -> None:
+    """Versions and visible devices: paste this into a bug report."""
+    for key, value in collect_env().items():
+        typer.echo(f"{key + ':':<16}{value}")

@@ -1,0 +1,144 @@
+"""`rlft eval`, `generate` and `export`: a trained run, checkpoint, adapter or model put to use
+(rlft/posttrain.py does the work)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from rlft.config.stages import DEFAULT_STAGE
+from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, err, exits, load, quiet
+
+
+TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
+                                      "or a transformers model folder.")
+CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use checkpoints/checkpoint-N instead of "
+                                                         "final/.")
+
+
+def _target(path: Path, checkpoint: Optional[int]):
+    from rlft.posttrain import resolve_target
+
+    with exits():
+        return resolve_target(path, checkpoint)
+
+
+def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT,
+             overrides: Optional[List[str]] = OVERRIDES_ARG,
+             stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's)."),
+             data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` "
+                                                                     "= the built-in task."),
+             n: int = typer.Option(4, "-n", min=1, help="Completions sampled per prompt."),
+             max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N "
+                                                                                          "prompts only."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in "
+                                                                          "the run folder, else here)."),
+             checkpoint: Optional[int] = CHECKPOINT_OPT,
+             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
+             force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
+    """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
+    from rlft.posttrain import eval_config_file, run_config
+
+    tgt = _target(target, checkpoint)
+    stage = stage or run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
+    files, own = list(config or []), None
+    if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
+        with exits():  # e.g. a link planted where it goes: one line
+            files = [own := eval_config_file(tgt.run_root, stage)]
+    try:
+        cfg, _ = load(stage, "cpu", files, overrides, trains=False)  # samples and scores only
+    finally:
+        if own is not None:
+            own.unlink(missing_ok=True)
+    source = data or cfg.data.eval
+    if not source:
+        err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
+        raise typer.Exit(2)
+    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
+    from rlft.rundir.markers import check_output_file
+
+    with exits():  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
+        check_output_file(dest, force=force or (out is None and tgt.run_root is not None), what="-o file")
+    quiet()
+    from rlft.posttrain import evaluate
+
+    with exits():
+        res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
+    fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} "
+               "completions")
+    for name, value in res["rewards"].items():
+        typer.echo(f"  {name:<24}{fmt(value)}")
+    typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
+               (f"   ({res['unscored']} completions unscored)" if res["unscored"] else ""))
+    typer.echo(f"rows written to {res['out']}")
+
+
+def generate_cmd(target: Path = TARGET_ARG,
+                 prompt: Optional[List[str]] = typer.Option(None, "--prompt", "-p", help="A prompt (repeatable)."),
+                 file: Optional[Path] = typer.Option(None, "--file", "-f", help="A text file with one prompt per "
+                                                                                "line."),
+                 n: int = typer.Option(2, "-n", min=1, help="Completions per prompt."),
+                 max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="Longest completion (tokens)."),
+                 temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="Sampling temperature."),
+                 top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold."),
+                 seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+                 raw: bool = typer.Option(False, "--raw", help="Do not wrap prompts in the chat template."),
+                 checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Sample a few completions from a trained adapter or model (chat template applied when it has one)."""
+    prompts = list(prompt or [])
+    if file is not None:
+        if not file.is_file():
+            err(f"error: --file {file}: no such file")
+            raise typer.Exit(2)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            err(f"error: --file {file} is not UTF-8 text (byte {exc.start}): give a text file with one prompt per "
+                 "line")
+            raise typer.Exit(2)
+        except OSError as exc:
+            err(f"error: --file {file}: {exc.strerror or exc}")
+            raise typer.Exit(2)
+        if "\0" in text:
+            err(f"error: --file {file} holds NUL bytes (a binary file?): give a text file with one prompt per line")
+            raise typer.Exit(2)
+        prompts += [line for line in text.splitlines() if line.strip()]
+    if not prompts:
+        err("error: give at least one --prompt TEXT or --file FILE")
+        raise typer.Exit(2)
+    tgt = _target(target, checkpoint)
+    quiet()
+    from rlft.posttrain import generate
+
+    with exits():
+        rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
+    last = None
+    for row in rows:
+        if row["prompt"] != last:
+            typer.echo(f"=== {row['prompt']}")
+            last = row["prompt"]
+        typer.echo(f"--- {row['completion']}")
+
+
+def export_cmd(target: Path = TARGET_ARG,
+               out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist or be empty)."),
+               merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain "
+                                                                 "transformers model."),
+               checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+    """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
+    from rlft.posttrain import check_export_dir
+
+    tgt = _target(target, checkpoint)
+    with exits():
+        check_export_dir(out)  # before loading anything
+    quiet()
+    from rlft.posttrain import export
+
+    with exits():
+        path = export(tgt, out, merge)
+    kind = "merged model" if merge else "adapter"
+    typer.echo(f"{kind} written to {path} (load with "
+               f"{'AutoModelForCausalLM' if merge else 'PeftModel'}.from_pretrained)")
