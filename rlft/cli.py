@@ -58,29 +58,20 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 # the verbs, in the order `rlft --help` lists them
-app.command("validate-config")(validate_config)
-app.command("show-config")(show_config)
-app.command("plan")(plan_cmd)
-app.command("list")(list_profiles)
-app.command("keys")(keys_cmd)
-app.command("env")(env)
-app.command("tiny-model")(tiny_model)
-app.command("train")(train)
-app.command("report")(report)
-app.command("eval")(eval_cmd)
-app.command("generate")(generate_cmd)
-app.command("export")(export_cmd)
+VERBS = (("validate-config", validate_config), ("show-config", show_config), ("plan", plan_cmd),
+         ("list", list_profiles), ("keys", keys_cmd), ("env", env), ("tiny-model", tiny_model), ("train", train),
+         ("report", report), ("eval", eval_cmd), ("generate", generate_cmd), ("export", export_cmd))
+PIPELINE_VERBS = (("validate", pipeline_validate), ("show", pipeline_show), ("run", pipeline_run))
+REWARDS_VERBS = (("try", rewards_try),)
 
 pipeline_app = typer.Typer(help="Run several stages in order, each starting from the one before it.",
                            no_args_is_help=True)
-app.add_typer(pipeline_app, name="pipeline")
-pipeline_app.command("validate")(pipeline_validate)
-pipeline_app.command("show")(pipeline_show)
-pipeline_app.command("run")(pipeline_run)
-
 rewards_app = typer.Typer(help="Reward-function tools that need no training.", no_args_is_help=True)
+for group, verbs in ((app, VERBS), (pipeline_app, PIPELINE_VERBS), (rewards_app, REWARDS_VERBS)):
+    for name, verb in verbs:
+        group.command(name)(verb)
+app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(rewards_app, name="rewards")
-rewards_app.command("try")(rewards_try)
 
 
 def main() -> None:
