@@ -125,15 +125,15 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
         m["reward_version"].append(float(self.reward_version))
         device = out["completion_ids"].device
         n_local = out["completion_ids"].size(0)
-        rpf = self._rewards_per_func.to(device)
-        weights = self.reward_weights.to(device)
+        rewards_NF = self._rewards_per_func.to(device)  # N: the gathered batch, F: reward functions
+        weights_F = self.reward_weights.to(device)
         # a completion any weighted reward failed on has no total: excluded from its group's baseline
-        valid = ~torch.isnan(rpf[:, weights != 0]).any(dim=1)
-        total = torch.where(valid, (torch.nan_to_num(rpf) * weights).sum(dim=1), float("nan"))
-        adv = group_advantages(total, g.group_size, g.baseline_mode, valid=valid)
-        const_P = constant_group_mask(total, g.group_size, valid=valid)
+        valid_N = ~torch.isnan(rewards_NF[:, weights_F != 0]).any(dim=1)
+        total_N = torch.where(valid_N, (torch.nan_to_num(rewards_NF) * weights_F).sum(dim=1), float("nan"))
+        adv_N = group_advantages(total_N, g.group_size, g.baseline_mode, valid=valid_N)
+        const_P = constant_group_mask(total_N, g.group_size, valid=valid_N)
         m["frac_constant_groups"].append(const_P.float().mean().item())
-        m["frac_unscored"].append((~valid).float().mean().item())
+        m["frac_unscored"].append((~valid_N).float().mean().item())
         clipped = m.get("completions/clipped_ratio")
         if clipped:  # TRL's share of this batch's completions (gathered) cut at max_tokens without an EOS
             m["frac_truncated"].append(clipped[-1])
@@ -142,15 +142,15 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
             for name in self.reward_suite.names:
                 errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
                 m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
-            self.reward_suite.record(valid.numel(), (~valid).sum().item())  # may stop the run
+            self.reward_suite.record(valid_N.numel(), (~valid_N).sum().item())  # may stop the run
 
         start = self.accelerator.process_index * n_local
         local = slice(start, start + n_local)
-        adv_local = adv[local]
+        adv_B = adv_N[local]  # B: this process's rows
         completion_mask = out["completion_mask"]
         if g.remove_constant_reward_groups:
-            keep_local = ~expand_group_mask(const_P, g.group_size)[local]
-            completion_mask = completion_mask * keep_local.unsqueeze(1).to(completion_mask.dtype)
+            keep_B = ~expand_group_mask(const_P, g.group_size)[local]
+            completion_mask = completion_mask * keep_B.unsqueeze(1).to(completion_mask.dtype)
             out["completion_mask"] = completion_mask
             out["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
             m["groups_removed"].append(const_P.float().sum().item())
@@ -164,24 +164,24 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
                     # log-probs: the penalty is applied there (per micro-batch, as tinker's streaming mode
                     # does) instead of paying for one more forward pass here.
                     out["rlft_ref_logps"] = logp_ref
-                    out["rlft_base_advantages"] = adv_local
-                    out["advantages"] = adv_local
+                    out["rlft_base_advantages"] = adv_B
+                    out["advantages"] = adv_B
                     kl = None
                 else:
-                    adv_BT, kl_m = kl_penalty_advantages(adv_local, logp_sample, logp_ref, completion_mask.float(),
+                    adv_BT, kl_m = kl_penalty_advantages(adv_B, logp_sample, logp_ref, completion_mask.float(),
                                                          self.kl_ctl.value, g.kl_discount_factor)
                     kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
                     out["advantages"] = adv_BT
             else:
-                out["advantages"] = adv_local
+                out["advantages"] = adv_B
                 kl = None  # TRL measures it in the loss and logs `kl`
             self._last_kl = kl if kl is not None else self._last_kl
             if kl is not None:
                 m["kl_policy_ref"].append(kl)
         else:
-            out["advantages"] = adv_local
+            out["advantages"] = adv_B
         m["kl_coef"].append(self.kl_ctl.value if g.kl_penalty_coef > 0 else 0.0)
-        self._write_completions(out, rpf, total, adv)
+        self._write_completions(out, rewards_NF, total_N, adv_N)
         if self.reward_suite is not None:
             rows = self.reward_suite.pop_logs()  # every rank pops; the main process writes its own calls
             if self.accelerator.is_main_process:

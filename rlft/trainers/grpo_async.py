@@ -110,17 +110,19 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         """(B, T) log-probs of the sampled tokens under the sampler, padded exactly as TRL pads the batch."""
         device = self.accelerator.device
         pad_id, mult = self._tokenizer.pad_token_id, self.pad_to_multiple_of
-        p = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left",
-                pad_to_multiple_of=mult)
-        pm = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0, padding_side="left",
-                 pad_to_multiple_of=mult)
-        c = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right",
-                pad_to_multiple_of=mult)
-        cm = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0,
-                 padding_side="right", pad_to_multiple_of=mult)
-        ids, mask = torch.cat([p, c], 1).to(device), torch.cat([pm, cm], 1).to(device)
-        logps = view._get_per_token_logps_and_entropies(sampler, ids, mask, c.size(1), batch_size=micro)[0]
-        return logps.cpu()
+        prompt_BP = pad([torch.tensor(x) for x in prompt_ids], padding_value=pad_id, padding_side="left",
+                        pad_to_multiple_of=mult)
+        prompt_mask_BP = pad([torch.ones(len(x), dtype=torch.long) for x in prompt_ids], padding_value=0,
+                             padding_side="left", pad_to_multiple_of=mult)
+        completion_BT = pad([torch.tensor(x) for x in completion_ids], padding_value=pad_id, padding_side="right",
+                            pad_to_multiple_of=mult)
+        completion_mask_BT = pad([torch.ones(len(x), dtype=torch.long) for x in completion_ids], padding_value=0,
+                                 padding_side="right", pad_to_multiple_of=mult)
+        ids_BL = torch.cat([prompt_BP, completion_BT], 1).to(device)
+        mask_BL = torch.cat([prompt_mask_BP, completion_mask_BT], 1).to(device)
+        logp_BT = view._get_per_token_logps_and_entropies(sampler, ids_BL, mask_BL, completion_BT.size(1),
+                                                          batch_size=micro)[0]
+        return logp_BT.cpu()
 
     def _prompt_batches(self, start: int):
         """(iteration, rows) from the iteration `start` on, in the order TRL's sampler gives the dataloader
@@ -198,12 +200,13 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         """Decoupled PPO for a stale batch (rlft.algos.behaviour_weights): PPO's clip against the learner's
         log-probs now (one more forward pass), the sampler's lag as a truncated weight on the advantages.
         Clipping against the stale sampler instead would leave most tokens outside the clip range."""
-        prox = self._logps(self.model, out, use_ref=False)
-        w = behaviour_weights(prox, out["old_per_token_logps"], out["completion_mask"].float())
-        adv = out["advantages"]
-        out["advantages"] = (adv.unsqueeze(1) if adv.dim() == 1 else adv) * w
-        out["old_per_token_logps"] = prox
-        self._metrics["train"]["async/behaviour_weight_mean"].append(masked_mean(w, out["completion_mask"]).item())
+        logp_prox_BT = self._logps(self.model, out, use_ref=False)
+        weights_BT = behaviour_weights(logp_prox_BT, out["old_per_token_logps"], out["completion_mask"].float())
+        adv = out["advantages"]  # (B,) group advantages, or (B, T) with the KL folded in
+        out["advantages"] = (adv.unsqueeze(1) if adv.dim() == 1 else adv) * weights_BT
+        out["old_per_token_logps"] = logp_prox_BT
+        weight_mean = masked_mean(weights_BT, out["completion_mask"]).item()
+        self._metrics["train"]["async/behaviour_weight_mean"].append(weight_mean)
 
     def _starts_iteration(self) -> bool:
         return self._chunk_index == 0

@@ -89,7 +89,7 @@ class GRPORewards:
                                                device=self.reward_weights.device)
 
     # --- completions.jsonl ---------------------------------------------------------------------
-    def _write_completions(self, out, rpf, total, adv) -> None:
+    def _write_completions(self, out, rewards_NF, total_N, adv_N) -> None:
         """One row per completion of the gathered batch (up to monitor.log_completions), main process only."""
         if self._batch_log is None:
             return
@@ -99,7 +99,7 @@ class GRPORewards:
         if not self.accelerator.is_main_process:
             return
         ids, prompts, completions = self._batch_log
-        if len(completions) != total.numel():
+        if len(completions) != total_N.numel():
             return
         # the prompt exactly as the model saw it (chat template, special tokens), once per prompt id
         shown = [None] * len(completions)
@@ -107,9 +107,9 @@ class GRPORewards:
             if pid not in self._rendered_seen and i < len(rendered):
                 self._rendered_seen.add(pid)
                 shown[i] = rendered[i]
-        rewards = {name: rpf[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
-        self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total.tolist(),
-                                  advantages=adv.tolist(),
+        rewards = {name: rewards_NF[:, j].tolist() for j, name in enumerate(self.reward_func_names)}
+        self.completion_log.write(self.state.global_step + 1, ids, prompts, completions, rewards, total_N.tolist(),
+                                  advantages=adv_N.tolist(),
                                   extra={"completion_tokens": [int(t) for t in tokens]
                                          if len(tokens) == len(completions) else [None] * len(completions),
                                          "reward_version": [self.reward_version] * len(completions),

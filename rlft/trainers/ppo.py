@@ -65,7 +65,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         # the algorithm's keys: the section of the stage being run (ppo, or grpo over episodes)
         self.section = sec = getattr(cfg, get_spec(cfg.stage).section)
         self.algorithm = algorithm or ppo_algorithm(cfg)
-        self.step_fns = advantage_step(self.algorithm.estimator)
+        self.estimator_step = advantage_step(self.algorithm.estimator)  # its advantages and loss
         self.schedule = s = self.algorithm.schedule
         self.train_rows = train_rows
         self.ref_model = ref_model  # an explicit reference checkpoint; None = the adapter-disabled policy
@@ -128,12 +128,12 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     def rollout(self, update: int) -> PPOBatch:
         """This update's batch sampled and scored, with the learner's log-probs and values and its advantages."""
         batch, reward_metrics, scores_B = self.collector.collect(update)
-        self.step_fns.advantages(self, batch, update, reward_metrics, scores_B)
+        self.estimator_step.advantages(self, batch, update, reward_metrics, scores_B)
         return batch
 
     def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
         """The minibatch's loss and metrics from the learner's forward pass over it."""
-        return self.step_fns.loss(self, mb, logp_BT, values_BT, logits_BTV)
+        return self.estimator_step.loss(self, mb, logp_BT, values_BT, logits_BTV)
 
     def optimize(self, batch: PPOBatch) -> dict:
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
