@@ -54,14 +54,27 @@ def test_a_toy_stage_is_one_folder_and_one_profile(toy_rlft):
     res = _cli(toy_rlft, "validate-config", "--stage", "grpo", "-c", "rlft/configs/examples/grpo_demo.yaml",
                "toy.repeat=2")
     assert res.returncode == 0 and "`toy` configures stage `toy`" in res.stderr  # another stage's section
-    # it trains through rlft's run lifecycle and its run folder reports
+    # it trains through rlft's run lifecycle and its run folder reports; the runner writes only `build`, and with
+    # `rewards:` the lifecycle measures eval.start / eval.end as for every other stage
     out = toy_rlft / "runs" / "toy"
-    res = _cli(toy_rlft, "train", "--stage", "toy", f"train.output_dir={out}")
+    rewards = toy_rlft / "toy_rewards.yaml"
+    rewards.write_text("rewards:\n  - fn: char_fraction\ndata:\n  eval_prompts: 3\n")
+    res = _cli(toy_rlft, "train", "--stage", "toy", "-c", rewards, f"train.output_dir={out}")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all(r["stage"] == "toy" and r["loss"] > 0 for r in rows)
-    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["exit_code"] == 0
     assert (out / "final" / "adapter_config.json").is_file()
+    start, end = summary["eval"]["start"], summary["eval"]["end"]
+    assert start["prompts"] == end["prompts"] == 3 and start["eval_set"] == end["eval_set"]
+    assert isinstance(start["reward_mean"], float) and isinstance(end["reward_mean"], float)
+    assert "char_fraction" in end["per_reward"]
+    samples = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
+    seen = sorted({(r["step"], r["prompt_id"]) for r in samples})
+    assert seen == [(step, f"eval-{i}") for step in (0, 2) for i in range(3)]  # the start's samples and the end's
+    assert f"rlft: eval: mean reward {start['reward_mean']} at the start, {end['reward_mean']} at the end" in res.stderr
+    assert res.stderr.count("rlft: run folder") == 1  # the folder opened once, by the lifecycle's RunContext
     res = _cli(toy_rlft, "report", out)
     assert res.returncode == 0, res.stderr
     assert (out / "report" / "index.html").is_file()

@@ -1,4 +1,5 @@
-"""The run lifecycle every stage shares: `with RunContext(cfg, composed, opts) as ctx:` sets the process up and
+"""The run lifecycle every stage shares (rlft.runtime.lifecycle orders a stage's parts around it):
+`with RunContext(cfg, composed, opts) as ctx:` sets the process up and
 checks the run folder; `ctx.open_run()` (or the first use of `ctx.run`) creates or reopens it once data and
 model have loaded, and carries out the resume plan; `ctx.train(trainer, tokenizer)` trains to the end and saves
 the final model; leaving the block writes summary.json and releases the folder. Each job's details are in the
@@ -14,12 +15,14 @@ from pathlib import Path
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
-from rlft.run import RunDir, RunOptions, check_run_dir, prepare_run_dir, resume_command
+from rlft.rundir.folder import RunDir
+from rlft.rundir.options import RunOptions
+from rlft.rundir.prepare import check_run_dir, prepare_run_dir, resume_command
 from rlft.runtime import outcome
 from rlft.runtime.checkpoint_files import seal_checkpoint
 from rlft.runtime.final import save_final, save_final_again
 from rlft.runtime.interrupt import Interrupt
-from rlft.runtime.process import quiet_libraries, set_up_process, tracker_env
+from rlft.runtime.process import set_up_process, tracker_env
 from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
 from rlft.runtime.resume import Resume
 from rlft.runtime.run_summary import write_run_summary
@@ -47,8 +50,8 @@ class RunContext:
         self.distributed: dict | None = None  # how the model is laid out across ranks, once prepared
 
     def __enter__(self) -> "RunContext":
-        """Process set-up and the run folder's preconditions (checked, nothing written)."""
-        quiet_libraries(self.opts.verbose)
+        """Process set-up and the run folder's preconditions (checked, nothing written). The libraries' logs are
+        quieted once, before the stage checks its inputs (rlft.runtime.lifecycle.run_stage)."""
         self.started = time.monotonic()
         self.planned = check_run_dir(self.cfg, self.opts)
         self.resume.check(self.planned)  # a refused --resume writes nothing

@@ -1,12 +1,13 @@
 """What the preference stages (DPO, ORPO) share: data loading with the skipped-rows report, the
-sequence-length limits, evaluation settings and the start-of-run summary."""
+sequence-length limits, evaluation settings, the start-of-run summary and their parts of the run lifecycle."""
 
 from __future__ import annotations
 
 import sys
 
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError
+from rlft.errors import RunError
+from rlft.runtime.lifecycle import Stage, run_stage
 
 
 def _load_split(cfg: RlftConfig, key: str, path: str):
@@ -85,32 +86,48 @@ def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_pr
           f"max_prompt_length {max_prompt_length} tokens{extra}", file=sys.stderr)
 
 
-def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None) -> int:
-    """DPO's and ORPO's recipe, top to bottom: data and TRL settings (checked before anything is written) ->
-    run folder -> model + tokenizer -> TRL config -> eval.start -> train -> final adapter -> eval.end (with `rewards:`
-    or data.eval; see rlft.stages.preference_eval). `trl_config(cfg, output_dir,
-    composed)` builds the stage's TRL config; `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)`
-    its trainer, with `ref` from `load_reference(cfg)` (loaded before the run folder opens) or None."""
-    from rlft.runtime import RunContext, quiet_libraries
-    from rlft.stages.preference_eval import PreferenceEval
+class PreferenceStage(Stage):
+    """DPO's and ORPO's parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): data, TRL settings,
+    rewards and their columns checked (before the run folder) -> model + tokenizer (+ reference) -> run folder ->
+    TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end (with `rewards:` or data.eval; see
+    rlft.stages.preference_eval). `trl_config(cfg, output_dir, composed)` builds the stage's TRL config;
+    `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)` its trainer, with `ref` from
+    `load_reference(cfg)` or None."""
 
-    section = getattr(cfg, cfg.stage)
-    quiet_libraries(opts.verbose)
-    train_ds, eval_ds = load_preference_data(cfg)  # before the run folder exists: fix the data, rerun as is
-    trl_config(cfg, cfg.train.output_dir or ".", composed)  # likewise TRL's objections to the settings
-    evaluation = PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)  # likewise the rewards and their columns
-    with RunContext(cfg, composed, opts) as ctx:
+    def __init__(self, cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None):
+        super().__init__(cfg, composed, opts)
+        self.trl_config, self.make_trainer, self.load_reference = trl_config, make_trainer, load_reference
+
+    def check_inputs(self) -> None:
+        from rlft.stages.preference_eval import PreferenceEval
+
+        cfg = self.cfg
+        self.train_ds, self.eval_ds = load_preference_data(cfg)  # fix the data, rerun as is
+        self.trl_config(cfg, cfg.train.output_dir or ".", self.composed)  # likewise TRL's objections to the settings
+        self.evaluation = PreferenceEval.prepare(cfg, self.composed, self.train_ds, self.eval_ds)  # and the rewards
+
+    def build(self, ctx) -> None:
         from rlft.models.loading import load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(cfg)
-        (train_ds, eval_ds), chat_note = pairs_as_chat(cfg, [train_ds, eval_ds], tokenizer)
-        ref = load_reference(cfg) if load_reference is not None else None
+        cfg, section = self.cfg, getattr(self.cfg, self.cfg.stage)
+        model, self.tokenizer = load_model_and_tokenizer(cfg)
+        (self.train_ds, self.eval_ds), chat_note = pairs_as_chat(cfg, [self.train_ds, self.eval_ds], self.tokenizer)
+        ref = self.load_reference(cfg) if self.load_reference is not None else None
         ctx.open_run()
-        args = trl_config(cfg, str(ctx.run.checkpoints), composed)
-        print_start(cfg, len(train_ds), section.max_length, section.max_prompt_length, (chat_note,))
-        trainer = make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)
-        evaluation.start(trainer, tokenizer, eval_ds if eval_ds is not None else train_ds, ctx)
-        code = ctx.train(trainer, tokenizer)
-        if code == 0:
-            evaluation.end(trainer, ctx)
-        return code
+        args = self.trl_config(cfg, str(ctx.run.checkpoints), self.composed)
+        print_start(cfg, len(self.train_ds), section.max_length, section.max_prompt_length, (chat_note,))
+        self.trainer = self.make_trainer(model, self.tokenizer, ref, args, self.train_ds, self.eval_ds, ctx)
+
+    def evaluator(self, ctx):
+        return self.evaluation.ready(self.tokenizer, self.eval_ds if self.eval_ds is not None else self.train_ds, ctx)
+
+    def eval_ended(self, ctx) -> None:
+        self.evaluation.add_accuracy(self.trainer, ctx)
+
+    def eval_line(self, ctx) -> str | None:
+        return self.evaluation.line(ctx)
+
+
+def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None) -> int:
+    """A preference stage's run (PreferenceStage's parts in the run lifecycle's order); the exit code."""
+    return run_stage(PreferenceStage(cfg, composed, opts, trl_config, make_trainer, load_reference))

@@ -17,17 +17,19 @@ SAMPLES_PER_PROMPT = 4  # a preference stage has no group size of its own; a few
 
 class PreferenceEval:
     """`PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)` before the run folder (bad rewards or missing
-    reward columns: RunError, exit 2); `.start(trainer, ctx)` / `.end(trainer, ctx)` around training."""
+    reward columns: RunError, exit 2); `.ready(tokenizer, source, ctx)` the run lifecycle's evaluator (or None),
+    `.add_accuracy(trainer, ctx)` and `.line(ctx)` after a finished run."""
 
     def __init__(self, cfg: RlftConfig, suite, source, extra_suite=None):
         self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
         self.extra_suite = extra_suite  # eval.rewards, scored on the eval samples only
         self.completions = None  # completions.jsonl, once the run folder exists
         self.max_new_tokens = None  # the answer budget, once the tokenizer is known (`answer_budget`)
+        self.eval_rows, self.accuracy = [], None  # set by `ready` and `add_accuracy`
 
     @classmethod
     def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
-        from rlft.stages.prompt_data import check_reward_columns, eval_reward_suite, reward_suite
+        from rlft.stages.common.prompt_data import check_reward_columns, eval_reward_suite, reward_suite
 
         suite = extra = None
         source = eval_ds if eval_ds is not None else train_ds
@@ -56,14 +58,20 @@ class PreferenceEval:
 
         return EvalSettings(n=SAMPLES_PER_PROMPT, max_new_tokens=self.max_new_tokens, temperature=1.0, top_p=1.0)
 
-    def start(self, trainer, tokenizer, source, ctx) -> None:
-        """eval.start from the policy as this stage starts it. On --resume the trainer still holds that policy
-        here (the checkpoint loads when training begins), so the same seed measures the same number again."""
+    def ready(self, tokenizer, source, ctx) -> "PreferenceEval | None":
+        """The evaluator of eval.start / eval.end once the tokenizer and the run folder exist, or None without
+        evaluation rows. eval.start is measured from the policy as this stage starts it: on --resume the trainer
+        still holds that policy then (the checkpoint loads when training begins), so the same seed measures the
+        same number again."""
         self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
         self.completions = ctx.run.eval_completions  # each evaluation's samples, as `eval-<i>` rows
-        if self.eval_rows:
-            self.max_new_tokens = self.answer_budget(tokenizer, source)
-            ctx.eval["start"] = self._evaluate(trainer.model, self.eval_rows, 0)
+        if not self.eval_rows:
+            return None
+        self.max_new_tokens = self.answer_budget(tokenizer, source)
+        return self
+
+    def evaluate(self, model, step: int) -> dict:
+        return self._evaluate(model, self.eval_rows, step)
 
     def answer_budget(self, tokenizer, source) -> int:
         """New tokens per eval sample, said in one line: `eval.max_new_tokens`, `<stage>.eval_max_new_tokens`, else the
@@ -85,21 +93,22 @@ class PreferenceEval:
         print(f"rlft: eval: answers of up to {n} new tokens: {why}", file=sys.stderr)
         return n
 
-    def end(self, trainer, ctx) -> None:
-        """eval.end after a finished run: the reward mean of fresh samples and the held-out preference accuracy."""
-        if self.eval_rows:
-            ctx.eval["end"] = self._evaluate(trainer.accelerator.unwrap_model(trainer.model), self.eval_rows,
-                                             trainer.state.global_step)
-        accuracy = last_logged(trainer.state.log_history, "eval_rewards/accuracies")
+    def add_accuracy(self, trainer, ctx) -> None:
+        """eval.end's held-out preference accuracy: the last one TRL logged (data.eval only)."""
+        accuracy = self.accuracy = last_logged(trainer.state.log_history, "eval_rewards/accuracies")
         if accuracy is not None:
             ctx.eval.setdefault("end", {})["preference_accuracy"] = round(accuracy, 6)
-        if ctx.eval:
-            start, end = ctx.eval.get("start", {}), ctx.eval.get("end", {})
-            parts = [f"mean reward {start.get('reward_mean')} at the start, {end.get('reward_mean')} at the end "
-                     f"({end.get('n')} fresh samples)"] if self.eval_rows else []
-            if accuracy is not None:
-                parts.append(f"held-out preference accuracy {accuracy:.3f}")
-            print(f"rlft: eval: {'; '.join(parts)}", file=sys.stderr)
+
+    def line(self, ctx) -> str | None:
+        """The console's eval line: the reward means (with evaluation rows) and the held-out accuracy."""
+        if not ctx.eval:
+            return None
+        start, end = ctx.eval.get("start", {}), ctx.eval.get("end", {})
+        parts = [f"mean reward {start.get('reward_mean')} at the start, {end.get('reward_mean')} at the end "
+                 f"({end.get('n')} fresh samples)"] if self.eval_rows else []
+        if self.accuracy is not None:
+            parts.append(f"held-out preference accuracy {self.accuracy:.3f}")
+        return f"eval: {'; '.join(parts)}"
 
 
 def answer_tokens(tokenizer, rows: list[dict]) -> list[int]:

@@ -1,5 +1,8 @@
 """The loop RS-SFT and AWR share: sample from the current policy -> score -> decide -> SFT, for a
-number of rounds (expert iteration), each phase resumable.
+number of rounds (expert iteration), each phase resumable. `SampledSFT` is the stage's parts of the run lifecycle
+(rlft.runtime.lifecycle: prompts and rewards checked before the run folder -> policy (trained rounds' adapter on
+--resume) -> eval.start -> the rounds, the last one saving final/ -> eval.end); `RoundSampler` draws a round's
+samples.
 
 Per round r:
   1. sampling: `num_samples_per_prompt` completions for every prompt of data.train through the rollout
@@ -34,9 +37,12 @@ from typing import Callable
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.run import COMPLETE_MARKER, RunError, RunOptions
-from rlft.stages.decide import training_pairs
-from rlft.stages.samples_log import SamplesLog
+from rlft.rundir.folder import COMPLETE_MARKER
+from rlft.errors import RunError
+from rlft.rundir.options import RunOptions
+from rlft.runtime.lifecycle import Stage, run_stage
+from rlft.stages.common.rounds import training_pairs
+from rlft.stages.common.samples_log import SamplesLog
 
 STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
 
@@ -46,7 +52,7 @@ def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
     from trl import SFTConfig
 
     from rlft.models.hardware import common_training_args
-    from rlft.stages.trl_config import build_trl_config
+    from rlft.stages.common.trl_config import build_trl_config
 
     for key in ("packing", "padding_free"):
         if cfg.trl.get(key):
@@ -85,11 +91,125 @@ def rounds_state_problem(state) -> str | None:
     return None
 
 
-class SampledSFT:
-    """One RS-SFT / AWR run. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls` an SFTTrainer."""
+class RoundSampler:
+    """A round's samples: every prompt's completions drawn and scored, one seeded generate call at a time (shared
+    out over the ranks), appended to samples.jsonl, then the decided rows written to completions.jsonl."""
+
+    def __init__(self, cfg: RlftConfig, tokenizer, suite, ctx, log: SamplesLog, say: Callable):
+        self.cfg, self.section = cfg, getattr(cfg, cfg.stage)
+        self.n = self.section.num_samples_per_prompt
+        self.tokenizer, self.suite, self.ctx, self.log, self._say = tokenizer, suite, ctx, log, say
+        self.step = 0  # reward_logs.jsonl rows of a round's sampling carry the step it starts at
+        self.prompts_by_rank: list[int] = []  # prompts each process sampled in the last round
+
+    def _params(self, seed: int | None):
+        from rlft.rollout import SamplingParams
+
+        s = self.section
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens,
+                              batch_size=s.generation_batch_size, seed=seed)  # whole prompts per generate call
+
+    def sample_round(self, r: int, model, prompts: list, columns: dict) -> tuple[int, list[dict]]:
+        """Sample and score the round's prompts not yet in samples.jsonl: (0, the round's rows), or (the exit
+        code of an interrupt, []).
+
+        The prompts go `generation_batch_size` completions (whole prompts) per generate call, each call seeded
+        from (train.seed, round, its first prompt). In a multi-process run the calls are shared out over the ranks
+        (call k on rank k % world, rlft.rollout.split) and each call's rows, scored on the rank that drew them, are
+        gathered to every rank after each wave of `world` calls: every process decides on the same rows in the
+        same order, the rows a single process would have drawn. Rank 0 appends them to samples.jsonl wave by wave;
+        the failure guard counts each call's scores in that order on every rank, and an interrupt on any rank
+        stops every rank after the wave."""
+        from rlft.rollout import RewardLog
+        from rlft.rollout.split import gather, is_sharded, rank_calls
+
+        ctx = self.ctx
+        done = self.log.start_round(r) if ctx.rank == 0 else self.log.prompts_done(r)
+        round_rows = [x for x in self.log.round_rows(r) if x["prompt_id"] < done]
+        if done:
+            self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
+        per_call = max(1, self.section.generation_batch_size // self.n)
+        seed0 = self.cfg.train.seed + 1_000_003 * r
+        starts = list(range(done, len(prompts), per_call))
+        rank, world = self._ranks()
+        self.prompts_by_rank = [0] * world
+        reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
+            if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
+        for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):  # one entry per wave
+            part = None
+            if k is not None:  # keep False: a repeated call (sharded model) keeping the ranks' generate calls in step
+                part = self._sample_call(r, model, prompts, columns, starts[k], per_call, seed0, score=keep)
+            for j, got in enumerate(gather(part, world)):
+                if got is None:
+                    continue
+                rows, unscored, logs = got
+                self.suite.record(len(rows), unscored)  # may stop the run: every rank counts the same calls
+                if reward_log is not None:
+                    reward_log.write(self.step, [{**x, "round": r} for x in logs])
+                round_rows += rows
+                self.prompts_by_rank[j] += len(rows) // self.n
+                if ctx.rank == 0:
+                    self.log.append(rows)
+            if any(gather(ctx.interrupt.signal is not None, world)):  # a signal on any rank stops them all here
+                last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
+                self._say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
+                          f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
+                return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
+        return 0, round_rows
+
+    def _ranks(self) -> tuple[int, int]:
+        """(rank, world size) the round's sampling is split over."""
+        from rlft.rollout.split import process_group
+
+        return process_group() if self.ctx.num_processes > 1 else (0, 1)
+
+    def _sample_call(self, r: int, model, prompts: list, columns: dict, start: int, per_call: int, seed0: int,
+                     score: bool = True):
+        """One generate call over prompts start... and their scores: (rows, unscored count, what the rewards
+        printed); None when `score` is False (drawn only to keep sharded ranks in step)."""
+        from rlft.rollout import sample
+        from rlft.rollout import score as score_rollouts
+
+        idx = list(range(start, min(start + per_call, len(prompts))))
+        rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
+                          prompt_ids=idx)
+        if not score:
+            return None
+        scores = score_rollouts(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()},
+                                count=False)  # counted once the call's rows reach every rank
+        rows = []
+        for b in range(len(rollouts)):
+            p = rollouts.prompt_index[b]
+            rows.append({"round": r, "prompt_id": idx[p], "sample": b % self.n, "prompt": prompts[idx[p]],
+                         "completion": rollouts.completions[b],
+                         "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
+                         "finished": rollouts.finished[b] if rollouts.finished else None})
+        return rows, sum(t is None for t in scores.total), self.suite.pop_logs()
+
+    def log_completions(self, r: int, decided: list[dict], step: int) -> None:
+        from rlft.data.messages import as_text
+        from rlft.rollout import CompletionLog
+
+        names = self.suite.names
+        extra = {"round": [r] * len(decided)}
+        if any("kept" in x for x in decided):
+            extra["kept"] = [x.get("kept") for x in decided]
+        CompletionLog(self.ctx.run.completions, self.cfg.monitor.log_completions).write(
+            step, [x["prompt_id"] for x in decided], [as_text(x["prompt"]) for x in decided],
+            [x["completion"] for x in decided], {k: [x["rewards"].get(k) for x in decided] for k in names},
+            [x["total"] for x in decided],
+            advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
+            weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
+
+
+class SampledSFT(Stage):
+    """One RS-SFT / AWR run: its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order).
+    `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls_path` an SFTTrainer ("module:name")."""
+
+    own_resume = True  # one checkpoint folder per round: the loop picks its checkpoints itself
 
     def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable, trainer_cls_path: str):
-        self.cfg, self.composed, self.opts = cfg, composed, opts
+        super().__init__(cfg, composed, opts)
         self.section = getattr(cfg, cfg.stage)
         self.decide = decide
         self.trainer_cls_path = trainer_cls_path
@@ -131,26 +251,17 @@ class SampledSFT:
         if self.ctx.rank == 0:
             print(f"rlft: {text}", file=sys.stderr, flush=True)
 
-    # -- the run ---------------------------------------------------------------------------------
+    # -- the lifecycle's parts -------------------------------------------------------------------
     def run(self) -> int:
-        from rlft.runtime import RunContext, quiet_libraries
+        return run_stage(self)
 
-        quiet_libraries(self.opts.verbose)
-        sft_trl_config(self.cfg, self.cfg.train.output_dir or ".", self.composed)  # TRL's objections, before any folder
-        self._prepare_inputs()
-        with RunContext(self.cfg, self.composed, self.opts, own_resume=True) as ctx:
-            self.ctx = ctx
-            self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-            code = self._run()
-            ctx.exit_code = code
-            return code
-
-    def _prepare_inputs(self) -> None:
-        """Rewards, tokenizer and checked prompt data, before the run folder exists (bad input: exit 2)."""
+    def check_inputs(self) -> None:
+        """TRL's objections, rewards, tokenizer and checked prompt data, before the run folder exists (exit 2)."""
         from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
+        from rlft.stages.common.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
 
         cfg = self.cfg
+        sft_trl_config(cfg, cfg.train.output_dir or ".", self.composed)
         self.suite = reward_suite(cfg, self.composed)
         self.eval_suite = eval_reward_suite(cfg, self.composed)  # eval.rewards: scored on eval samples only
         self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
@@ -160,30 +271,55 @@ class SampledSFT:
         self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
             if rows else None
 
-    def _run(self) -> int:
+    def build(self, ctx) -> None:
+        """The policy as the first round to run starts it: trained rounds' adapter loaded on --resume."""
         from rlft.models.loading import load_policy
 
-        cfg, ctx = self.cfg, self.ctx
+        self.ctx = ctx
+        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        model, dataset = load_policy(cfg), self.dataset
+        self.model = load_policy(self.cfg)
         self.log = SamplesLog(ctx.run.samples, self.n)
-        state = self._state()
-        eval_set = self.eval_set
+        self.sampler = RoundSampler(self.cfg, self.tokenizer, self.suite, ctx, self.log, self._say)
+        self.state = self._state()
+        self.first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
+        if self.first > 1:
+            self.model = self._load_adapter(self.model, self.adapter_dir(self.first - 1))
+            self._say(f"resuming at round {self.first} of {self.rounds} (rounds before it are trained)")
 
-        first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
-        if first > 1:
-            model = self._load_adapter(model, self.adapter_dir(first - 1))
-            self._say(f"resuming at round {first} of {self.rounds} (rounds before it are trained)")
-        if "eval_start" in state:
-            ctx.eval["start"] = state["eval_start"]
-        elif eval_set is not None:
-            ctx.eval["start"] = state["eval_start"] = self._evaluate(model, *eval_set, 0)
-            self._say(f"eval.start: mean reward {ctx.eval['start']['reward_mean']} over {ctx.eval['start']['n']} "
-                      "samples")
-            self._save_state(state)
+    def evaluator(self, ctx):
+        return None if self.eval_set is None else self
+
+    def evaluate(self, model, step: int) -> dict:
+        return self._evaluate(model, *self.eval_set, step)
+
+    def resumed_eval_start(self, ctx) -> dict | None:
+        return self.state.get("eval_start")  # measured before the first round, kept in rounds.json
+
+    def eval_started(self, ctx, result: dict) -> None:
+        if "eval_start" not in self.state:
+            self.state["eval_start"] = result
+            self._say(f"eval.start: mean reward {result['reward_mean']} over {result['n']} samples")
+            self._save_state(self.state)
+
+    def start_model(self):
+        return self.model
+
+    def end_model(self) -> tuple:
+        return self.model, self.steps
+
+    def eval_line(self, ctx) -> str | None:
+        if "end" not in ctx.eval:
+            return None
+        return (f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
+                f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
+
+    def train(self, ctx) -> int:
+        """The rounds: sample -> score -> decide -> SFT, from the first round not yet trained."""
+        dataset, first, state = self.dataset, self.first, self.state
         round_steps_done = state.setdefault("round_steps", {})  # optimizer steps of each trained round
-        steps = sum(v for k, v in round_steps_done.items() if int(k) < first)
+        steps = self.steps = sum(v for k, v in round_steps_done.items() if int(k) < first)
         ctx.steps = steps
 
         prompts = list(dataset["prompt"])
@@ -194,138 +330,34 @@ class SampledSFT:
                 metrics = self.decide(decided, self.section, r)[1]
                 self._say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
             else:
-                self._step = steps  # reward_logs.jsonl rows of this round's sampling carry the step it starts at
-                code, rows = self._sample_round(r, model, prompts, columns)
+                self.sampler.step = steps
+                code, rows = self.sampler.sample_round(r, self.model, prompts, columns)
                 if code:
                     return code
                 decided, metrics = self.decide(rows, self.section, r)
                 # the most prompts one process sampled: all of them in one process, a share of them in several
-                metrics["sampling/prompts_per_rank"] = max(self.prompts_by_rank)
+                metrics["sampling/prompts_per_rank"] = max(self.sampler.prompts_by_rank)
                 if ctx.rank == 0:
                     self.log.decide(r, decided)
-                    self._log_completions(r, decided, steps)
+                    self.sampler.log_completions(r, decided, steps)
             self._say(self._round_line(r, metrics))
-            code, model, round_steps = self._train_round(r, model, decided, metrics, steps)
-            steps += round_steps
+            code, self.model, round_steps = self._train_round(r, self.model, decided, metrics, steps)
+            steps = self.steps = steps + round_steps
             ctx.steps = steps
             if code:
                 return code
             round_steps_done[str(r)] = round_steps
             self._save_state(state)
-        if eval_set is not None:
-            ctx.eval["end"] = self._evaluate(model, *eval_set, steps)
-            self._say(f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
-                      f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
         return 0
 
     def _round_line(self, r: int, m: dict) -> str:
         keys = [k for k in ("sampled_reward_mean", "kept_count", "kept_fraction", "weight_mean", "ess", "frac_clipped")
                 if m.get(k) is not None]
         line = f"round {r}/{self.rounds}: " + ", ".join(f"{k} {m[k]:.4g}" for k in keys)
-        by_rank = getattr(self, "prompts_by_rank", [])
+        by_rank = self.sampler.prompts_by_rank
         if len(by_rank) > 1 and m.get("sampling/prompts_per_rank") is not None:
             line += f"; prompts sampled per process {'/'.join(map(str, by_rank))}"
         return line
-
-    # -- sampling --------------------------------------------------------------------------------
-    def _params(self, seed: int | None):
-        from rlft.rollout import SamplingParams
-
-        s = self.section
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens,
-                              batch_size=s.generation_batch_size, seed=seed)  # whole prompts per generate call
-
-    def _sample_round(self, r: int, model, prompts: list, columns: dict) -> tuple[int, list[dict]]:
-        """Sample and score the round's prompts not yet in samples.jsonl: (0, the round's rows), or (the exit
-        code of an interrupt, []).
-
-        The prompts go `generation_batch_size` completions (whole prompts) per generate call, each call seeded
-        from (train.seed, round, its first prompt). In a multi-process run the calls are shared out over the ranks
-        (call k on rank k % world, rlft.rollout.split) and each call's rows, scored on the rank that drew them, are
-        gathered to every rank after each wave of `world` calls: every process decides on the same rows in the
-        same order, the rows a single process would have drawn. Rank 0 appends them to samples.jsonl wave by wave;
-        the failure guard counts each call's scores in that order on every rank, and an interrupt on any rank
-        stops every rank after the wave."""
-        from rlft.rollout import RewardLog
-        from rlft.rollout.split import gather, is_sharded, rank_calls
-
-        ctx = self.ctx
-        done = self.log.start_round(r) if ctx.rank == 0 else self.log.prompts_done(r)
-        round_rows = [x for x in self.log.round_rows(r) if x["prompt_id"] < done]
-        if done:
-            self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
-        per_call = max(1, self.section.generation_batch_size // self.n)
-        seed0 = self.cfg.train.seed + 1_000_003 * r
-        starts = list(range(done, len(prompts), per_call))
-        rank, world = self._ranks()
-        self.prompts_by_rank = [0] * world
-        reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
-            if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
-        for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):  # one entry per wave
-            part = None
-            if k is not None:  # keep False: a repeated call (sharded model) keeping the ranks' generate calls in step
-                part = self._sample_call(r, model, prompts, columns, starts[k], per_call, seed0, score=keep)
-            for j, got in enumerate(gather(part, world)):
-                if got is None:
-                    continue
-                rows, unscored, logs = got
-                self.suite.record(len(rows), unscored)  # may stop the run: every rank counts the same calls
-                if reward_log is not None:
-                    reward_log.write(getattr(self, "_step", 0), [{**x, "round": r} for x in logs])
-                round_rows += rows
-                self.prompts_by_rank[j] += len(rows) // self.n
-                if ctx.rank == 0:
-                    self.log.append(rows)
-            if any(gather(ctx.interrupt.signal is not None, world)):  # a signal on any rank stops them all here
-                last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
-                self._say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
-                          f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
-                return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
-        return 0, round_rows
-
-    def _ranks(self) -> tuple[int, int]:
-        """(rank, world size) the round's sampling is split over."""
-        from rlft.rollout.split import process_group
-
-        return process_group() if self.ctx.num_processes > 1 else (0, 1)
-
-    def _sample_call(self, r: int, model, prompts: list, columns: dict, start: int, per_call: int, seed0: int,
-                     score: bool = True):
-        """One generate call over prompts start... and their scores: (rows, unscored count, what the rewards
-        printed); None when `score` is False (drawn only to keep sharded ranks in step)."""
-        from rlft.rollout import sample
-        from rlft.rollout import score as score_rollouts
-
-        idx = list(range(start, min(start + per_call, len(prompts))))
-        rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
-                          prompt_ids=idx)
-        if not score:
-            return None
-        scores = score_rollouts(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()},
-                                count=False)  # counted once the call's rows reach every rank
-        rows = []
-        for b in range(len(rollouts)):
-            p = rollouts.prompt_index[b]
-            rows.append({"round": r, "prompt_id": idx[p], "sample": b % self.n, "prompt": prompts[idx[p]],
-                         "completion": rollouts.completions[b],
-                         "rewards": {k: v[b] for k, v in scores.per_reward.items()}, "total": scores.total[b],
-                         "finished": rollouts.finished[b] if rollouts.finished else None})
-        return rows, sum(t is None for t in scores.total), self.suite.pop_logs()
-
-    def _log_completions(self, r: int, decided: list[dict], step: int) -> None:
-        from rlft.data.messages import as_text
-        from rlft.rollout import CompletionLog
-
-        names = self.suite.names
-        extra = {"round": [r] * len(decided)}
-        if any("kept" in x for x in decided):
-            extra["kept"] = [x.get("kept") for x in decided]
-        CompletionLog(self.ctx.run.completions, self.cfg.monitor.log_completions).write(
-            step, [x["prompt_id"] for x in decided], [as_text(x["prompt"]) for x in decided],
-            [x["completion"] for x in decided], {k: [x["rewards"].get(k) for x in decided] for k in names},
-            [x["total"] for x in decided],
-            advantages=[x["advantage"] for x in decided] if any("advantage" in x for x in decided) else None,
-            weights=[x["weight"] for x in decided] if any("weight" in x for x in decided) else None, extra=extra)
 
     def _evaluate(self, model, prompts: list, columns: dict, step: int | None = None) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard; `eval:` over the
@@ -392,7 +424,7 @@ class SampledSFT:
         if ctx.resume_from is not None:
             self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
         if self.opts.resume and ctx.rank == 0:  # steps after the resume point run again and log anew
-            from rlft.run import checkpoint_step
+            from rlft.rundir.folder import checkpoint_step
             from rlft.runtime import drop_rows_after
 
             done = step_offset + (checkpoint_step(ctx.resume_from) if ctx.resume_from is not None else 0)

@@ -4,18 +4,18 @@ completions for every prompt of data.train, score them, give each the advantage 
 `normalize_advantage`, and the weight w = min(exp(advantage_beta * Â), clip_advantage); then train
 with the weighted NLL on completion tokens (rlft.trainers.sft.AWRSFTTrainer).
 
-The loop, resume and run folder are shared with RS-SFT: rlft.stages.sampled_sft.
+The loop, resume and run lifecycle are shared with RS-SFT: rlft.stages.sampled_sft.
 """
 
 from __future__ import annotations
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.run import RunOptions
+from rlft.rundir.options import RunOptions
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.stages.decide import awr_decide
+    from rlft.stages.awr.decide import awr_decide
     from rlft.stages.sampled_sft import SampledSFT
 
     return SampledSFT(cfg, composed, opts, awr_decide, "rlft.trainers.sft:AWRSFTTrainer").run()

@@ -1,7 +1,8 @@
 """DPO recipe: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's DPOTrainer + rlft's run lifecycle.
 
-Lifecycle, top to bottom: data and TRL settings (checked before anything is written) -> run folder -> model +
-tokenizer -> reference -> TRL config -> train -> final adapter.
+Its parts of the run lifecycle (rlft.stages.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
+data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> reference -> run folder
+-> TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end.
 
 The reference is the frozen model DPO measures its implicit reward against. With LoRA and
 `model.ref: base` (or null) TRL disables the adapter to get it, so no second model is loaded; with
@@ -13,7 +14,7 @@ from __future__ import annotations
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.stages.dpo.spec import DPOConfig
-from rlft.run import RunOptions
+from rlft.rundir.options import RunOptions
 
 
 def dpo_loss_args(d: DPOConfig) -> dict:
@@ -41,7 +42,7 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
 
     from rlft.models.hardware import common_training_args
     from rlft.stages.preference import eval_args, max_length
-    from rlft.stages.trl_config import build_trl_config
+    from rlft.stages.common.trl_config import build_trl_config
 
     d = cfg.dpo
     args = common_training_args(cfg, output_dir)

@@ -1,18 +1,18 @@
 """GRPO recipe: tiny-to-large causal LM, LoRA, reward functions, TRL's GRPOTrainer + rlft's hooks.
 
-Lifecycle, top to bottom: run folder -> model + tokenizer -> data -> rewards -> TRL config -> train
--> final adapter.
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): TRL settings, rewards, tokenizer,
+prompts and eval prompts checked (before the run folder) -> policy (+ KL reference) -> trainer -> eval.start ->
+train, with the periodic eval (final adapter) -> eval.end. With `env.name` set: the multi-turn recipe (episodes.py).
 """
 
 from __future__ import annotations
 
-import sys
-
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.run import RunError, RunOptions
-from rlft.stages.prompt_data import eval_rows, load_prompt_dataset, prepare_prompt_data, reward_suite  # noqa: F401 - re-exported
-from rlft.stages.prompt_data import eval_reward_suite
+from rlft.errors import RunError
+from rlft.rundir.options import RunOptions
+from rlft.runtime.lifecycle import CallEvaluator, Stage, run_stage
+from rlft.stages.common.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
 from rlft.stages.grpo.layout import eval_every, grpo_batch_layout  # noqa: F401 - re-exported
 
 
@@ -40,7 +40,7 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     from trl import GRPOConfig
 
     from rlft.models.hardware import common_training_args
-    from rlft.stages.trl_config import build_trl_config
+    from rlft.stages.common.trl_config import build_trl_config
 
     g = cfg.grpo
     args = common_training_args(cfg, output_dir)
@@ -86,64 +86,69 @@ def trl_reward_funcs(suite):
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    import os
-
-    from rlft.runtime import RunContext, quiet_libraries
-
-    quiet_libraries(opts.verbose)
     if cfg.env.name:  # multi-turn episodes with per-step rewards: rlft's episode GRPO (TRL has none)
         from rlft.stages.grpo import episodes as grpo_episodes
 
         return grpo_episodes.run(cfg, composed, opts)
-    # TRL's objections to the settings, before the run folder exists: fix the config, rerun as is
-    grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), composed)
-    from rlft.models.loading import load_policy, load_policy_tokenizer, load_reference, lora_config
+    return run_stage(GRPOStage(cfg, composed, opts))
 
-    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
-    suite = reward_suite(cfg, composed)
-    tokenizer = load_policy_tokenizer(cfg)
-    dataset = prepare_prompt_data(cfg, tokenizer, suite)
-    if len(dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate-config saw
-        raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
-                       f"{len(dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples whole "
-                       f"batches only, so no step would ever run; lower grpo.batch_size or add data")
-    evals = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like data.train, before the run folder
-    with RunContext(cfg, composed, opts) as ctx:
+
+class GRPOStage(Stage):
+    """Single-turn GRPO's parts of the run lifecycle (rlft.runtime.lifecycle has the order)."""
+
+    def check_inputs(self) -> None:
+        """TRL's objections to the settings, rewards, tokenizer, prompts and eval prompts: before the run folder,
+        so a bad input leaves nothing behind (fix the config, rerun as is)."""
+        import os
+
+        from rlft.models.loading import load_policy_tokenizer
+
+        cfg = self.cfg
+        grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
+        self.suite = reward_suite(cfg, self.composed)
+        self.tokenizer = load_policy_tokenizer(cfg)
+        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+        if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
+            raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
+                           f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples "
+                           f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
+        self.evals = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)  # data.eval checked like data.train
+
+    def build(self, ctx) -> None:
+        """The policy (and the KL reference), then the trainer: synchronous, streaming or asynchronous."""
+        from rlft.models.loading import load_policy, load_reference, lora_config
+
+        cfg = self.cfg
         model = load_policy(cfg)
-        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
         ref = load_reference(cfg) if cfg.grpo.kl_penalty_coef > 0 else None
-        trainer = grpo_trainer_class(cfg)(
+        self.trainer = grpo_trainer_class(cfg)(
             model=model,
-            reward_funcs=trl_reward_funcs(suite),
-            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, composed),
-            train_dataset=dataset,
-            processing_class=tokenizer,
+            reward_funcs=trl_reward_funcs(self.suite),
+            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed),
+            train_dataset=self.dataset,
+            processing_class=self.tokenizer,
             peft_config=lora_config(cfg, model),
             callbacks=ctx.callbacks(),
             cfg=cfg,
             run=ctx.run,
-            reward_suite=suite,
+            reward_suite=self.suite,
             ref_model_for_kl=ref,
         )
-        evaluation = grpo_evaluation(cfg, evals, tokenizer, suite, ctx.run.eval_completions,
-                                     eval_reward_suite(cfg, composed))
-        if evaluation is not None:
-            # on --resume the start was measured before the first checkpoint and travels in it
-            start = ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
-            trainer.eval_start = ctx.eval["start"] = start or evaluation(trainer.model, 0)
-            every = eval_every(cfg)
-            if every:
-                from rlft.monitor.callbacks import PeriodicEval
 
-                trainer.add_callback(PeriodicEval(ctx, evaluation, every))
-        code = ctx.train(trainer, tokenizer)
-        if evaluation is not None and code == 0:
-            ctx.eval["end"] = evaluation(trainer.accelerator.unwrap_model(trainer.model), trainer.state.global_step)
-            if ctx.rank == 0:
-                print(f"rlft: eval: mean reward {ctx.eval['start']['reward_mean']} at the start, "
-                      f"{ctx.eval['end']['reward_mean']} at the end ({ctx.eval['end']['n']} fresh "
-                      "samples)", file=sys.stderr)
-        return code
+    def evaluator(self, ctx):
+        evaluation = grpo_evaluation(self.cfg, self.evals, self.tokenizer, self.suite, ctx.run.eval_completions,
+                                     eval_reward_suite(self.cfg, self.composed))
+        return None if evaluation is None else CallEvaluator(evaluation, eval_every(self.cfg))
+
+    def resumed_eval_start(self, ctx) -> dict | None:
+        # on --resume the start was measured before the first checkpoint and travels in it
+        if not self.evals or ctx.resume_from is None:
+            return None
+        return ctx.extra_state.get("trainer", {}).get("eval_start") or None
+
+    def eval_started(self, ctx, result: dict) -> None:
+        self.trainer.eval_start = result  # saved in each checkpoint's rlft state, for --resume
 
 
 def grpo_trainer_class(cfg: RlftConfig):

@@ -1,8 +1,9 @@
 """ORPO recipe [experimental]: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's experimental
 ORPOTrainer (through rlft.trainers.orpo_compat) + rlft's run lifecycle.
 
-Lifecycle, top to bottom: data and TRL settings (checked before anything is written) -> run folder -> model +
-tokenizer -> TRL config -> train -> final adapter. ORPO needs no reference model: `model.ref` is
+Its parts of the run lifecycle (rlft.stages.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
+data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> run folder -> TRL config
+-> trainer -> eval.start -> train (final adapter) -> eval.end. ORPO needs no reference model: `model.ref` is
 not used.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
-from rlft.run import RunOptions
+from rlft.rundir.options import RunOptions
 
 
 def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
@@ -21,7 +22,7 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
     """
     from rlft.models.hardware import common_training_args
     from rlft.stages.preference import eval_args, max_length
-    from rlft.stages.trl_config import build_trl_config
+    from rlft.stages.common.trl_config import build_trl_config
     from rlft.trainers.orpo_compat import ORPOConfig
 
     o = cfg.orpo
