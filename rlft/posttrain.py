@@ -90,13 +90,13 @@ EVAL_CONFIG_NAME = ".rlft-eval-config.yaml"
 
 def eval_config_file(run_root: Path, stage: str) -> Path:
     """The run's resolved config.yaml cut to what eval reads (model, data, rewards, train, the stage's own
-    section), written beside it so relative paths keep their meaning; the caller deletes it."""
+    section, its `eval:` sampling), written beside it so relative paths keep their meaning; the caller deletes it."""
     import yaml
 
     from rlft.config.stages import SPECS
 
     data = run_config(run_root)
-    keep = {"model", "data", "rewards", "train", "lora", SPECS[stage].section if stage in SPECS else stage}
+    keep = {"model", "data", "rewards", "train", "lora", "eval", SPECS[stage].section if stage in SPECS else stage}
     path = run_root / EVAL_CONFIG_NAME
     if path.is_symlink():  # planted in the run folder: writing through it would replace whatever it points to
         raise RunError(f"{path} is a symbolic link (to {os.readlink(path)}): rlft writes the run's config there for "
@@ -243,10 +243,25 @@ def sampling_section(cfg: RlftConfig):
     return section if section is not None and hasattr(section, "max_tokens") else cfg.grpo
 
 
-def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_prompts: int | None = None,
+def eval_settings(cfg: RlftConfig, n: int | None = None):
+    """How `rlft eval` samples: the config's `eval:` section (a run's own, when evaluating a run) over the stage's
+    sampling settings (4 samples per prompt unless eval.samples_per_prompt says otherwise), as the run's own
+    evaluations do; `n` (the -n flag), when given, wins."""
+    import dataclasses
+
+    from rlft.config.eval_sampling import EvalSettings, eval_sampling
+
+    s = sampling_section(cfg)
+    settings = eval_sampling(cfg, EvalSettings(n=4, max_new_tokens=s.max_tokens, temperature=s.temperature,
+                                               top_p=getattr(s, "top_p", 1.0), batch_size=64))
+    return settings if n is None else dataclasses.replace(settings, n=n)
+
+
+def evaluate(target: Target, cfg: RlftConfig, data: str, n: int | None, out: Path, max_prompts: int | None = None,
              seed: int | None = None) -> dict:
-    """Sample n completions per evaluation prompt, score them with the config's rewards, write one row per
-    completion to `out` (completions.jsonl's format) and return per-reward and total means."""
+    """Sample n completions per evaluation prompt (None: as the config's `eval:` section says, `eval_settings`),
+    score them with the config's rewards, write one row per completion to `out` (completions.jsonl's format) and
+    return per-reward and total means, and each reward's failures (completions it gave no score)."""
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.rollout import CompletionLog, SamplingParams, sample, score
     from rlft.stages.common.prompt_data import prepare_prompt_data
@@ -264,12 +279,13 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
         ds = ds.select(range(min(max_prompts, len(ds))))
     if len(ds) == 0:
         raise RunError(f"{data}: no prompts to evaluate")
-    s = sampling_section(cfg)
-    params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
-                            batch_size=64, seed=cfg.train.seed if seed is None else seed)
+    settings = eval_settings(cfg, n)
+    params = SamplingParams(temperature=settings.temperature, top_p=settings.top_p,
+                            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                            seed=cfg.train.seed if seed is None else seed, greedy=settings.greedy)
     prompts = list(ds["prompt"])
     ids = list(ds["prompt_id"]) if "prompt_id" in ds.column_names else list(range(len(prompts)))
-    rolls = sample(model, tokenizer, prompts, n, params, prompt_ids=ids)
+    rolls = sample(model, tokenizer, prompts, settings.n, params, prompt_ids=ids)
     columns = {c: list(ds[c]) for c in ds.column_names if c not in ("prompt", "prompt_id")}
     scores = score(rolls, suite, columns)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -280,9 +296,12 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int, out: Path, max_
         got = [v for v in values if v is not None]
         return statistics.fmean(got) if got else None
 
-    return {"model": str(target.weights), "data": data, "prompts": len(prompts), "n": n, "completions": len(rolls),
-            "reward_mean": mean(scores.total), "unscored": sum(v is None for v in scores.total),
-            "rewards": {name: mean(scores.per_reward[name]) for name in scores.names}, "out": str(out)}
+    return {"model": str(target.weights), "data": data, "prompts": len(prompts), "n": settings.n,
+            "completions": len(rolls), "reward_mean": mean(scores.total),
+            "unscored": sum(v is None for v in scores.total),
+            "rewards": {name: mean(scores.per_reward[name]) for name in scores.names},
+            "reward_failures": {name: sum(v is None for v in scores.per_reward[name]) for name in scores.names},
+            "sampling": settings.as_dict(), "out": str(out)}
 
 
 # -- rlft export ---------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -30,7 +31,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              stage: Optional[str] = typer.Option(None, "--stage", "-s", help="Stage profile (default: the run's)."),
              data: Optional[str] = typer.Option(None, "--data", help="Evaluation prompts (default: data.eval); `demo` "
                                                                      "= the built-in task."),
-             n: int = typer.Option(4, "-n", min=1, help="Completions sampled per prompt."),
+             n: Optional[int] = typer.Option(None, "-n", min=1, help="Completions sampled per prompt (default: "
+                                                                      "eval.samples_per_prompt, else 4)."),
              max_prompts: Optional[int] = typer.Option(None, "--max-prompts", min=1, help="Evaluate the first N "
                                                                                           "prompts only."),
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in "
@@ -39,9 +41,17 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
     """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
+    # sampling follows the config's `eval:` section (a run's own, by default) unless a flag says otherwise
     from rlft.posttrain import eval_config_file, run_config
 
+    # the paths named here, as meant now: a reward's code (imported below) may chdir, which must not move them
+    shown, here = out, Path.cwd()
+    out = None if out is None else Path(os.path.abspath(out))
+    if data is not None and data != "demo" and (here / data).exists():
+        data = os.path.abspath(data)
     tgt = _target(target, checkpoint)
+    tgt.weights = Path(os.path.abspath(tgt.weights))
+    tgt.run_root = None if tgt.run_root is None else Path(os.path.abspath(tgt.run_root))
     stage = stage or run_config(tgt.run_root).get("stage") or DEFAULT_STAGE
     files, own = list(config or []), None
     if not files and tgt.run_root is not None:  # the run's own config: same rewards, same sampling settings
@@ -56,7 +66,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     if not source:
         err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
-    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else Path("eval.jsonl"))
+    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else here / "eval.jsonl")
+    shown = shown or dest
     from rlft.rundir.markers import check_output_file
 
     with exits():  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
@@ -67,13 +78,16 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     with exits():
         res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
-    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {n} = {res['completions']} "
-               "completions")
+    from rlft.config.eval_sampling import describe
+
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {res['n']} = "
+               f"{res['completions']} completions ({describe(res['sampling'])})")
     for name, value in res["rewards"].items():
-        typer.echo(f"  {name:<24}{fmt(value)}")
+        failed = res["reward_failures"].get(name)
+        typer.echo(f"  {name:<24}{fmt(value)}" + (f"   ({failed} completions it failed to score)" if failed else ""))
     typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
                (f"   ({res['unscored']} completions unscored)" if res["unscored"] else ""))
-    typer.echo(f"rows written to {res['out']}")
+    typer.echo(f"rows written to {shown}")
 
 
 def generate_cmd(target: Path = TARGET_ARG,
