@@ -163,8 +163,8 @@ def async_numbers(rows: list[dict]) -> dict | None:
 # -- the terminal table ----------------------------------------------------------------------------
 def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
     """(label, value) rows of the end-of-train table."""
-    def f(x):
-        return "-" if x is None else f"{x:.4g}"
+    def f(x):  # an eval part read back from a checkpoint or rounds.json may hold anything: only numbers show
+        return f"{x:.4g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
 
     of = f" of {summary['max_steps']}" if summary.get("max_steps") else ""
     wall = summary.get("wall_s") or 0.0
@@ -174,10 +174,10 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
     if head:
         w = f"{head['window']} steps" if head["window"] > 1 else "step"
         lines.append((head["metric"], f"{f(head['first_mean'])} (first {w}) -> {f(head['last_mean'])} (last {w})"))
-    ev = summary.get("eval") or {}
-    if ev.get("start") or ev.get("end"):
-        lines.append(("eval reward", f"{f((ev.get('start') or {}).get('reward_mean'))} (start) -> "
-                                     f"{f((ev.get('end') or {}).get('reward_mean'))} (end)"))
+    ev = summary.get("eval") if isinstance(summary.get("eval"), dict) else {}
+    start, end = (ev.get(k) if isinstance(ev.get(k), dict) else {} for k in ("start", "end"))
+    if start or end:
+        lines.append(("eval reward", f"{f(start.get('reward_mean'))} (start) -> {f(end.get('reward_mean'))} (end)"))
     sampling = summary.get("async")
     if sampling:
         lines.append(("sampling ahead", f"staleness {f(sampling['staleness_mean'])} mean, "

@@ -17,43 +17,82 @@ reading: that prompt is sampled again.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 DECISION_KEYS = ("kept", "weight")
 
 
+def _number(v) -> bool:
+    return type(v) in (int, float)
+
+
+def _finite(v) -> bool:
+    return _number(v) and math.isfinite(v)
+
+
+def _prompt(v) -> bool:
+    """Text, or chat messages (objects whose content is text)."""
+    return isinstance(v, str) or isinstance(v, list) and all(
+        isinstance(m, dict) and isinstance(m.get("content", ""), str) for m in v)
+
+
 def is_sample_row(row) -> bool:
-    """A row this stage wrote: integer round, prompt_id and sample, text completion, a number (or null) total."""
+    """A row this stage wrote: integer round, prompt_id and sample, a text (or chat messages) prompt, a text
+    completion, an object of number (or null) scores, a number (or null) total, and a decision of the right kind
+    when it has one (`kept` true/false; `weight` a finite number, `advantage` one or null). What training and the
+    completions log read of a row is of the kind they read."""
     def integer(v):
         return type(v) is int and v >= 0
 
-    return isinstance(row, dict) and all(integer(row.get(k)) for k in ("round", "prompt_id", "sample")) \
-        and isinstance(row.get("completion"), str) \
-        and (row.get("total") is None or type(row.get("total")) in (int, float))
+    if not (isinstance(row, dict) and all(integer(row.get(k)) for k in ("round", "prompt_id", "sample"))):
+        return False
+    rewards = row.get("rewards")
+    return _prompt(row.get("prompt")) and isinstance(row.get("completion"), str) \
+        and isinstance(rewards, dict) and all(v is None or _number(v) for v in rewards.values()) \
+        and (row.get("total") is None or _number(row.get("total"))) \
+        and ("kept" not in row or isinstance(row["kept"], bool)) \
+        and ("weight" not in row or _finite(row["weight"])) \
+        and (row.get("advantage") is None or _finite(row["advantage"])) \
+        and (row.get("finished") is None or isinstance(row["finished"], bool))
 
 
 class SamplesLog:
     def __init__(self, path: Path, samples_per_prompt: int):
         self.path = Path(path)
         self.n = samples_per_prompt
+        self.said = False  # the note about damaged lines is given once
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self) -> list[dict]:
         """Every complete row; a truncated last line (killed mid-write) is skipped."""
         if not self.path.is_file():
             return []
-        rows = []
-        for line in self.path.read_text().splitlines():
+        rows, damaged = [], []
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        lines = text.splitlines()
+        for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except ValueError:
+                if i < len(lines) or text.endswith("\n"):  # not the line a kill cut short
+                    damaged.append(i)
                 continue
             if is_sample_row(row):  # a damaged row drops like a cut line: its prompt is sampled again
                 rows.append(row)
+            else:
+                damaged.append(i)
+        if damaged and not self.said:
+            self.said = True
+            shown = ", ".join(map(str, damaged[:5])) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+            print(f"rlft: WARNING {self.path}: line(s) {shown} are not sample rows this stage wrote; left out (their "
+                  f"prompt's samples count as incomplete: sampled again, or left out of a finished round)",
+                  file=sys.stderr)
         return rows
 
     def round_rows(self, round_: int) -> list[dict]:
