@@ -64,6 +64,10 @@ DAMAGE = [
     ("rlft_state.json", '{"trainer": null}', "rlft_state.json: trainer is null, not an object"),
     ("rlft_state.json", '{"trainer": {"eval_start": [0.1]}}', "rlft_state.json: trainer.eval_start is a list, not an "
                                                               "object"),
+    ("rlft_state.json", '{"trainer": {"eval_start": {"reward_mean": "high"}}}',
+     "rlft_state.json: trainer.eval_start reward_mean is a string, not a number"),
+    ("rlft_state.json", '{"trainer": {"eval_start": {"reward_mean": 0.5, "n": -3}}}',
+     "rlft_state.json: trainer.eval_start n is a number -3, not a count"),
     ("trainer_state.json", "[1, 2]", "trainer_state.json holds a list, not an object"),
     ("trainer_state.json", '"step 5"', "trainer_state.json holds a string, not an object"),
     ("trainer_state.json", {"global_step": "5"}, "trainer_state.json: global_step is a string '5', not int"),

@@ -180,7 +180,10 @@ def rlft_state_problem(path: Path) -> str | None:
     start = data.get("trainer", {}).get("eval_start")
     if start is not None and not isinstance(start, dict):
         return f"{path.name}: trainer.eval_start is {value_kind(start)}, not an object"
-    return None
+    from rlft.rollout.eval_stats import eval_result_problem
+
+    problem = eval_result_problem(start) if start is not None else None
+    return f"{path.name}: trainer.eval_start {problem}" if problem else None
 
 
 def checkpoint_problem(path: Path, *, load: bool = True) -> str | None:
