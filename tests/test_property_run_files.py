@@ -244,7 +244,8 @@ def test_rounds_json_is_either_whole_or_named(state):
 
     problem = rounds_state_problem(state)
     if problem is None:
-        assert isinstance(state, dict) and isinstance(state.get("eval_start", {}), dict)
+        assert isinstance(state, dict) and isinstance(state.get("eval_start", {"reward_mean": 0}), dict)
+        assert isinstance(state.get("eval_start", {"reward_mean": 0})["reward_mean"], (int, float))
         assert all(int(k) >= 0 and v >= 0 for k, v in state.get("round_steps", {}).items())
 
 

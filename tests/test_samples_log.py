@@ -65,5 +65,9 @@ def test_rounds_state_problem_names_what_is_wrong():
     assert rounds_state_problem({"eval_start": {"reward_mean": 0.1}, "round_steps": {"1": 3, "2": 0}}) is None
     assert "not an object" in rounds_state_problem([1])
     assert "eval_start" in rounds_state_problem({"eval_start": 0.5})
+    # the resumed run's eval line reads the start's mean reward
+    assert rounds_state_problem({"eval_start": {}}) == "has an eval_start that has no reward_mean"
+    assert rounds_state_problem({"eval_start": {"reward_mean": "high"}}) == (
+        "has an eval_start whose reward_mean is a string, not a number")
     for steps in ({"1": "3"}, {"one": 3}, {"1": -1}, {"1": True}, [3]):
         assert "round_steps" in rounds_state_problem({"round_steps": steps}), steps

@@ -82,8 +82,15 @@ def rounds_state_problem(state) -> str | None:
     """What is wrong with rounds.json's content ({"eval_start": {...}, "round_steps": {"1": 3, ...}}), or None."""
     if not isinstance(state, dict):
         return f"holds {type(state).__name__}, not an object"
-    if "eval_start" in state and not isinstance(state["eval_start"], dict):
-        return "has an eval_start that is not an object"
+    if "eval_start" in state:
+        from rlft.rollout.eval_stats import eval_result_problem
+
+        start = state["eval_start"]
+        problem = eval_result_problem(start)
+        if problem is None and not isinstance(start.get("reward_mean"), (int, float)):
+            problem = "has no reward_mean"  # the eval line and the summary read it
+        if problem is not None:
+            return f"has an eval_start {'that' if problem.startswith(('is ', 'has ')) else 'whose'} {problem}"
     steps = state.get("round_steps", {})
     if not isinstance(steps, dict) or not all(
             isinstance(k, str) and k.isdigit() and type(v) is int and v >= 0 for k, v in steps.items()):
