@@ -1,6 +1,6 @@
 """DPO recipe: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's DPOTrainer + rlft's run lifecycle.
 
-Its parts of the run lifecycle (rlft.stages.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
+Its parts of the run lifecycle (rlft.stages.common.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
 data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> reference -> run folder
 -> TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end.
 
@@ -41,7 +41,7 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
     from trl import DPOConfig as TRLDPOConfig
 
     from rlft.models.hardware import common_training_args
-    from rlft.stages.preference import eval_args, max_length
+    from rlft.stages.common.preference import eval_args, max_length
     from rlft.stages.common.trl_config import build_trl_config
 
     d = cfg.dpo
@@ -53,7 +53,7 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.stages.preference import run_preference
+    from rlft.stages.common.preference import run_preference
 
     def make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx):
         from rlft.models.loading import lora_config

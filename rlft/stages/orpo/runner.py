@@ -1,7 +1,7 @@
 """ORPO recipe [experimental]: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's experimental
 ORPOTrainer (through rlft.trainers.orpo_compat) + rlft's run lifecycle.
 
-Its parts of the run lifecycle (rlft.stages.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
+Its parts of the run lifecycle (rlft.stages.common.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
 data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> run folder -> TRL config
 -> trainer -> eval.start -> train (final adapter) -> eval.end. ORPO needs no reference model: `model.ref` is
 not used.
@@ -21,7 +21,7 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
     rlft.trainers.orpo_compat).
     """
     from rlft.models.hardware import common_training_args
-    from rlft.stages.preference import eval_args, max_length
+    from rlft.stages.common.preference import eval_args, max_length
     from rlft.stages.common.trl_config import build_trl_config
     from rlft.trainers.orpo_compat import ORPOConfig
 
@@ -35,7 +35,7 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    from rlft.stages.preference import run_preference
+    from rlft.stages.common.preference import run_preference
 
     def make_trainer(model, tokenizer, _ref, args, train_ds, eval_ds, ctx):
         from rlft.models.loading import lora_config
