@@ -9,7 +9,7 @@ Per round r:
      layer (rlft.rollout.sample / score), appended to samples.jsonl one generate call at a time. Each
      call is seeded from (train.seed, round, first prompt), so a resumed run draws exactly what an
      uninterrupted one would have.
-  2. decision (rlft.stages.decide): RS-SFT's keep rule or AWR's weights, written back into the round's
+  2. decision (rlft/stages/{rs_sft,awr}/decide.py): RS-SFT's keep rule or AWR's weights, written back into the round's
      rows of samples.jsonl; the round's sampling metrics ride along every metrics.jsonl row of its
      training, with `round` and a `step` counted over all rounds.
   3. SFT on the round's pairs (TRL SFTTrainer / rlft's AWRSFTTrainer), continuing the same LoRA adapter.
