@@ -94,3 +94,23 @@ def test_a_stage_without_an_evaluator_trains_without_one(capsys):
     stage = Plain()
     assert run_stage(stage) == 0
     assert stage.calls == ["check_inputs", "build", "train"] and capsys.readouterr().err == ""
+
+
+def test_a_stage_may_keep_its_own_rule_for_the_end_eval(capsys):
+    """The PPO loop's rule: eval.end after its last update even when interrupted during it, never when stopped
+    early; the eval line and eval_ended stay a finished run's."""
+    class LoopRule(Recorder):
+        def __init__(self, code, ran_to_end):
+            super().__init__(code=code)
+            self.ran_to_end = ran_to_end
+
+        def evaluates_end(self, ctx, code):
+            return self.ran_to_end
+
+    interrupted_at_the_end = LoopRule(130, True)
+    assert run_stage(interrupted_at_the_end) == 130
+    assert interrupted_at_the_end.calls[-1] == ("evaluate", "end-model", 7)
+    assert list(interrupted_at_the_end.ctx.eval) == ["start", "end"] and capsys.readouterr().err == ""
+    stopped_early = LoopRule(0, False)
+    assert run_stage(stopped_early) == 0
+    assert stopped_early.calls[-1] == "train" and list(stopped_early.ctx.eval) == ["start"]

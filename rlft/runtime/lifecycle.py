@@ -68,6 +68,11 @@ class Stage:
         """Train to the end (final model saved); the exit code."""
         return ctx.train(self.trainer, self.tokenizer)
 
+    def evaluates_end(self, ctx: RunContext, code: int) -> bool:
+        """eval.end is taken after training that returned `code`: a finished run's (a stage whose own loop decided
+        it before may keep its rule, e.g. the PPO loop's: every update trained, even when interrupted after it)."""
+        return code == 0
+
     def end_model(self) -> tuple:
         """(the trained policy, its optimizer step) for eval.end."""
         return self.trainer.accelerator.unwrap_model(self.trainer.model), self.trainer.state.global_step
@@ -104,11 +109,11 @@ def run_stage(stage: Stage) -> int:
 
                 stage.trainer.add_callback(PeriodicEval(ctx, evaluator.evaluate, every))
         code = ctx.exit_code = stage.train(ctx)  # summary.json's exit code, whoever returned it
+        if evaluator is not None and stage.evaluates_end(ctx, code):
+            end = evaluator.evaluate(*stage.end_model())
+            if end is not None:
+                ctx.eval["end"] = end
         if code == 0:
-            if evaluator is not None:
-                end = evaluator.evaluate(*stage.end_model())
-                if end is not None:
-                    ctx.eval["end"] = end
             stage.eval_ended(ctx)
             line = stage.eval_line(ctx)
             if line and ctx.rank == 0:

@@ -1,5 +1,6 @@
 """Evaluation for rlft's PPO loop: `evaluate(policy, step)` on the evaluation prompts (single-turn, through the
-stage's evaluation) or episodes (with an environment), and the run's eval start/end it keeps for summary.json."""
+stage's evaluation) or episodes (with an environment), and the run's eval start it keeps for the checkpoints (the
+run lifecycle, rlft.runtime.lifecycle, takes eval.start / eval.end through `evaluate`)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,14 @@ if TYPE_CHECKING:
 
 class LoopEvaluator:
     """`evaluation`: (policy, step) -> {"reward_mean", "n", ...} on the evaluation prompts, or None; with an
-    environment and `episode_eval_rows`, fresh episodes on those rows instead. `eval_out`: the run's summary.json
-    `eval` (start/end)."""
+    environment and `episode_eval_rows`, fresh episodes on those rows instead."""
 
     def __init__(self, cfg, section, collector: RolloutCollector, evaluation: Callable | None = None,
-                 episode_eval_rows: list[dict] | None = None, eval_out: dict | None = None):
+                 episode_eval_rows: list[dict] | None = None):
         self.cfg, self.section, self.collector = cfg, section, collector
         self.episode_eval_rows = episode_eval_rows or []
         self.episodes = collector.env_factory is not None and bool(self.episode_eval_rows)
         self.evaluation = evaluation
-        self.eval_out = eval_out if eval_out is not None else {}
         self.start: dict | None = None  # kept in checkpoints, so a resumed run reports the first start
 
     @property
@@ -40,11 +39,11 @@ class LoopEvaluator:
         return self.evaluation(policy, step) if self.evaluation is not None else None
 
     def keep(self, which: str, result: dict | None) -> None:
-        """An evaluation's result as the run's eval `start` or `end` (a start of None: not evaluated yet)."""
-        if which == "start":
-            self.start = result
-        if result is not None or which == "end":
-            self.eval_out[which] = result
+        """An evaluation's result kept as the run's eval `which` ("start", the one the checkpoints carry; None: not
+        evaluated yet)."""
+        if which != "start":
+            raise ValueError(f"the loop keeps eval start only, not {which!r}")
+        self.start = result
 
     @torch.no_grad()
     def _evaluate_episodes(self, policy) -> dict:

@@ -58,7 +58,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
 
     def __init__(self, model: PolicyWithValueHead, args, processing_class, cfg: RlftConfig,
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None, run: RunDir | None = None,
-                 eval_out: dict | None = None, ref_model=None, env_factory=None, env_guard=None,
+                 ref_model=None, env_factory=None, env_guard=None,
                  episode_eval_rows: list[dict] | None = None, algorithm: LoopAlgorithm | None = None):
         super().__init__(model=model, args=args, processing_class=processing_class, callbacks=callbacks)
         self.cfg = cfg
@@ -86,7 +86,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         self.local_mini = s.mini_batch_size // world
         self.collector = RolloutCollector(cfg, sec, self.algorithm, train_rows, self.accelerator, processing_class,
                                           lambda: self.policy, self._forward, reward_suite, run, env_factory, env_guard)
-        self.evaluator = LoopEvaluator(cfg, sec, self.collector, evaluation, episode_eval_rows, eval_out)
+        self.evaluator = LoopEvaluator(cfg, sec, self.collector, evaluation, episode_eval_rows)
+        self.ran_to_end = False  # the loop left after its last update (not stopped by an error): eval.end is due
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
 
     @property
@@ -211,8 +212,6 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     def _loop(self):
         s, args, ev = self.schedule, self.args, self.evaluator
         while self.state.global_step < s.num_updates:
-            if ev.start is None and self.state.global_step == 0:
-                ev.keep("start", ev.evaluate(self.policy, 0))
             self.collector.begin_update(self.state.global_step)  # an async sampler may start on these weights
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             started = time.perf_counter()
@@ -244,8 +243,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 self.control.should_save = False
             if self.control.should_training_stop:
                 break
-        if self.state.global_step >= s.num_updates and ev.enabled:
-            ev.keep("end", ev.evaluate(self.policy, self.state.global_step))
+        self.ran_to_end = self.state.global_step >= s.num_updates  # interrupted after the last update too
         self.control = self.callback_handler.on_train_end(args, self.state, self.control)
         return self.state
 

@@ -11,6 +11,10 @@ Counting: one update = `grpo.batch_size` rows x `grpo.group_size` episodes; upda
 or `train.num_train_epochs` passes over the rows; `train.logging_steps`, `eval_steps` and `save_steps`
 are in updates. Each update: `grpo.ppo_epochs` passes of `grpo.num_substeps` minibatches, one optimizer
 step each.
+
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): tokenizer, env and its tasks, minibatch
+layout checked (before the run folder) -> policy with a value head (+ KL reference) -> trainer -> eval.start ->
+train, with the periodic eval (final adapter) -> eval.end.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from typing import TYPE_CHECKING
 from rlft.config.compose import Composed
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
+from rlft.runtime.lifecycle import run_stage
+from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
+from rlft.stages.common.loop_stage import LoopStage
 from rlft.trainers.loop_algorithm import episode_grpo_algorithm
 
 if TYPE_CHECKING:
@@ -36,37 +43,41 @@ def check_layout(cfg: RlftConfig) -> None:
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    import sys
+    return run_stage(EpisodeGRPOStage(cfg, composed, opts))
 
-    from rlft.runtime import RunContext, quiet_libraries
 
-    quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_policy_tokenizer
-    from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
+class EpisodeGRPOStage(LoopStage):
+    """GRPO over episodes' parts of the run lifecycle (rlft.runtime.lifecycle has the order;
+    rlft.stages.common.loop_stage the eval parts it shares with PPO)."""
 
-    tokenizer = load_policy_tokenizer(cfg)
-    env_factory, guard, train_rows, evals = env_setup(cfg, composed)  # before the run folder: bad input leaves nothing
-    check_layout(cfg)
-    algorithm = episode_grpo_algorithm(cfg, len(train_rows))
-    s = algorithm.schedule
-    with RunContext(cfg, composed, opts) as ctx:
+    def check_inputs(self) -> None:
+        """Tokenizer, the environment and its tasks, the minibatch layout: before the run folder, so a bad input
+        leaves nothing behind."""
+        from rlft.models.loading import load_policy_tokenizer
+
+        cfg = self.cfg
+        self.tokenizer = load_policy_tokenizer(cfg)
+        self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
+        check_layout(cfg)
+        self.algorithm = episode_grpo_algorithm(cfg, len(self.train_rows))
+
+    def build(self, ctx) -> None:
+        """The interrupt hook, the policy with its value head (untrained here) and the KL reference, the schedule
+        line, then the trainer."""
+        import sys
+
         from transformers import TrainingArguments
 
         from rlft.models.hardware import common_training_args
-        from rlft.trainers.ppo import RlftPPOTrainer
 
-        guard.should_abort = lambda: ctx.interrupt.signal is not None
-        # the loop's model; its value head stays untrained here
-        wrapped, ref = policy_with_value_head(cfg, cfg.grpo.kl_penalty_coef)
+        cfg, s = self.cfg, self.algorithm.schedule
+        self.interrupt_hooks(ctx)
+        wrapped, ref = policy_with_value_head(cfg, cfg.grpo.kl_penalty_coef)  # the loop's model
         args = common_training_args(cfg, str(ctx.run.checkpoints))
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:
             print(f"grpo over episodes: {s.num_updates} updates x {cfg.grpo.batch_size} rows x "
                   f"{cfg.grpo.group_size} episodes; {cfg.grpo.ppo_epochs} epoch(s) x {cfg.grpo.num_substeps} "
                   f"minibatch(es)", file=sys.stderr)
-        trainer = RlftPPOTrainer(
-            model=wrapped, args=TrainingArguments(**args), processing_class=tokenizer, cfg=cfg,
-            train_rows=train_rows, reward_suite=None, callbacks=ctx.callbacks(), run=ctx.run, eval_out=ctx.eval,
-            ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
-            env_factory=env_factory, env_guard=guard, episode_eval_rows=evals, algorithm=algorithm)
-        return ctx.train(trainer, tokenizer)
+        self.loop_trainer(ctx, wrapped, ref, TrainingArguments(**args), self.train_rows, env_factory=self.env_factory,
+                          episode_eval_rows=self.evals, algorithm=self.algorithm)

@@ -1,8 +1,9 @@
 """PPO recipe: causal LM + LoRA with a value head on the same backbone, reward functions, rlft's
 own PPO trainer (TRL 1.x has none).
 
-Lifecycle, top to bottom: run folder -> model + tokenizer + value head -> data -> rewards ->
-trainer -> train -> final adapter + value_head.safetensors.
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, tokenizer, then the env's
+tasks or the prompts and eval prompts checked (before the run folder) -> policy with a value head (+ KL reference)
+-> trainer -> eval.start -> train, with the periodic eval (final adapter + value_head.safetensors) -> eval.end.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING
 from rlft.algos.schedule import ppo_loop_schedule
 from rlft.config.compose import Composed
 from rlft.rundir.options import RunOptions
+from rlft.runtime.lifecycle import run_stage
 from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
+from rlft.stages.common.loop_stage import LoopStage
 from rlft.stages.ppo.spec import schedule as ppo_schedule
 
 if TYPE_CHECKING:
@@ -53,55 +56,43 @@ def ppo_eval_defaults(cfg: RlftConfig):
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
-    import sys
+    return run_stage(PPOStage(cfg, composed, opts))
 
-    from rlft.runtime import RunContext, quiet_libraries
 
-    quiet_libraries(opts.verbose)
-    from rlft.models.loading import load_policy_tokenizer
-    from rlft.stages.common.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
+class PPOStage(LoopStage):
+    """PPO's parts of the run lifecycle (rlft.runtime.lifecycle has the order; rlft.stages.common.loop_stage the
+    eval parts PPO shares with GRPO over episodes)."""
 
-    # rewards and data are checked before the run folder exists: a bad input leaves nothing behind
-    suite = None  # with an environment the env's step rewards are the rewards
-    if not cfg.env.name or cfg.rewards:
-        suite = reward_suite(cfg, composed)
-    tokenizer = load_policy_tokenizer(cfg)
-    env_factory = env_guard = evaluation = None
-    train_rows = evals = []
-    if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
-        env_factory, env_guard, train_rows, evals = env_setup(cfg, composed)
-    else:
-        dataset = prepare_prompt_data(cfg, tokenizer, suite)
-        train_rows = dataset.to_list()
-        evaluation = ppo_evaluation(cfg, dataset, tokenizer, suite,
-                                    extra_suite=eval_reward_suite(cfg, composed))
-    with RunContext(cfg, composed, opts) as ctx:
-        from rlft.trainers.ppo import RlftPPOTrainer
+    def check_inputs(self) -> None:
+        """Rewards, tokenizer, then the environment's tasks or the prompts and eval prompts: before the run folder,
+        so a bad input leaves nothing behind."""
+        from rlft.models.loading import load_policy_tokenizer
+        from rlft.stages.common.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
 
-        if evaluation is not None:
-            evaluation.completions = ctx.run.eval_completions  # each evaluation's samples
+        cfg = self.cfg
+        self.suite = None  # with an environment the env's step rewards are the rewards
+        if not cfg.env.name or cfg.rewards:
+            self.suite = reward_suite(cfg, self.composed)
+        self.tokenizer = load_policy_tokenizer(cfg)
+        self.env_factory = self.env_guard = self.evaluation = None
+        self.train_rows = self.evals = []
+        if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
+            self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
+        else:
+            dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
+            self.train_rows = dataset.to_list()
+            self.evaluation = ppo_evaluation(cfg, dataset, self.tokenizer, self.suite,
+                                             extra_suite=eval_reward_suite(cfg, self.composed))
 
-        if suite is not None:
-            suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        if env_guard is not None:
-            env_guard.should_abort = lambda: ctx.interrupt.signal is not None
+    def build(self, ctx) -> None:
+        """The interrupt hooks, the policy with its value head (and the KL reference), the schedule line, then the
+        trainer."""
+        import sys
+
+        cfg = self.cfg
+        self.interrupt_hooks(ctx)
         wrapped, ref = policy_with_value_head(cfg, cfg.ppo.init_kl_coef)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
-        trainer = RlftPPOTrainer(
-            model=wrapped,
-            args=training_arguments(cfg, str(ctx.run.checkpoints)),
-            processing_class=tokenizer,
-            cfg=cfg,
-            train_rows=train_rows,
-            evaluation=evaluation,
-            reward_suite=suite,
-            callbacks=ctx.callbacks(),
-            run=ctx.run,
-            eval_out=ctx.eval,
-            ref_model=ref.to(wrapped.value_head.weight.device) if ref is not None else None,
-            env_factory=env_factory,
-            env_guard=env_guard,
-            episode_eval_rows=evals,
-        )
-        return ctx.train(trainer, tokenizer)
+        self.loop_trainer(ctx, wrapped, ref, training_arguments(cfg, str(ctx.run.checkpoints)), self.train_rows,
+                          env_factory=self.env_factory, episode_eval_rows=self.evals)
