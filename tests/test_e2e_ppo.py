@@ -146,3 +146,16 @@ def test_full_fine_tuning_with_a_frozen_reference(tmp_path):
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
     assert abs(rows[0]["kl_policy_ref"]) < 1e-6 and rows[1]["kl_policy_ref"] != 0  # a copy of the start, frozen
     assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "value_head.safetensors").is_file()
+
+
+def test_early_stop_kl_through_the_cli(tmp_path):
+    """ppo.early_stop_kl from the command line: a bound no update can stay under skips all but each update's first
+    step (the demo runs 2 epochs of 2 minibatches: 4 steps per update), and says so in every row; 0 is refused."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "ppo.num_episodes=32", "ppo.early_stop_kl=1e-12")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert len(rows) == 2 and all(r["early_stop"] == 0.75 for r in rows), rows
+    bad = run_cli("validate-config", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, "ppo.early_stop_kl=0")
+    assert bad.returncode == 2 and "ppo.early_stop_kl" in bad.stderr + bad.stdout

@@ -152,3 +152,23 @@ def test_value_init_sets_the_bias_to_the_first_batch_mean_return(tmp_path):
     moved = float(trainer.model.value_head.bias.detach())
     trainer.rollout(1)
     assert float(trainer.model.value_head.bias.detach()) == moved
+
+
+@pytest.mark.parametrize("stop_kl, steps", [(None, 8), (1.0e9, 8), (1.0e-12, 1)])
+def test_early_stop_kl_ends_the_update_at_a_step_boundary(tmp_path, stop_kl, steps):
+    """ppo.early_stop_kl: the first step always runs; once a step's first minibatch is that far from the sampling
+    policy the update's passes stop, the skipped steps still advance the lr schedule, and `early_stop` says what
+    share was skipped (absent when the key is off)."""
+    extra = [] if stop_kl is None else [f"ppo.early_stop_kl={stop_kl}"]
+    trainer = _trainer(tmp_path, "ppo.mini_batch_size=4", "ppo.ppo_epochs=4", "train.learning_rate=1e-2", *extra)
+    trainer.create_optimizer_and_scheduler(num_training_steps=8)
+    calls = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: (calls.append(1), step(*a, **k))[1]
+    metrics = trainer.optimize(trainer.rollout(0))
+    assert len(calls) == steps
+    assert trainer.lr_scheduler.last_epoch == 8  # the schedule counts the planned steps either way
+    if stop_kl is None:
+        assert "early_stop" not in metrics
+    else:
+        assert metrics["early_stop"] == pytest.approx((8 - steps) / 8)

@@ -112,6 +112,8 @@ PPO: dict[str, Doc] = {
                      "(`ppo.scale_returns`)", REWARD),
     "critic_warmup": ("1 on an update that trained only the value head (`ppo.critic_warmup`), 0 after; absent "
                       "when the warm-up is off", ONE),
+    "early_stop": ("the share of the update's optimizer steps skipped by `ppo.early_stop_kl` (0 = every pass ran); "
+                   "absent when it is off", ONE),
     "episodes": ("episodes trained so far: updates × `ppo.batch_size`", COUNT),
 }
 

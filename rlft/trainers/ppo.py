@@ -150,6 +150,9 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         # gradients are dropped before each step; a parameter without a gradient is skipped by the optimizer,
         # its weights and moment estimates untouched
         frozen = self._policy_params() if self.critic_warming_up else []
+        stop_kl = getattr(self.section, "early_stop_kl", None)  # PPO's key; episode GRPO's section has none
+        planned = self.section.ppo_epochs * -(-len(range(0, n, mb)) // accum)
+        steps = 0
         model.train()
         for _ in range(self.section.ppo_epochs):
             order = torch.randperm(n, generator=gen).to(acc.device)
@@ -158,6 +161,10 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 minibatch = batch.select(idx)
                 logp, values, logits_BTV, _ = self._forward(model, minibatch)
                 loss, m = self.loss(minibatch, logp, values, logits_BTV)
+                # checked at a step's first minibatch, on every process alike (the mean is all-reduced)
+                if stop_kl is not None and k % accum == 0 and steps and self._mean(
+                        torch.tensor(m["approx_kl"])) > stop_kl:
+                    break
                 m["loss"] = float(loss.detach())
                 acc.backward(loss / accum)
                 last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
@@ -169,10 +176,18 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                     self.optimizer.step()
                     self.lr_scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
+                    steps += 1
                 for key, v in m.items():
                     sums[key] = sums.get(key, 0.0) + v
                 count += 1
+            else:
+                continue
+            break  # early_stop_kl: no further passes this update
         out = {k: self._mean(torch.tensor(v / count)) for k, v in sums.items()}
+        if stop_kl is not None:
+            for _ in range(planned - steps):  # the schedule counts every planned step (num_training_steps)
+                self.lr_scheduler.step()
+            out["early_stop"] = (planned - steps) / planned
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out

@@ -33,6 +33,13 @@ class PPOConfig:
                               "learning-rate schedule. For PPO from a policy that already succeeds (after SFT, "
                               "ORPO), so its first policy updates meet a critic that knows the returns. 0 = off.",
                        ge=0)
+    early_stop_kl: Optional[float] = F(None, "Stop an update's passes over its minibatches once the policy has moved "
+                                             "this far from the sampling policy: before each optimizer step, the mean "
+                                             "approx_kl (0.5 * log-ratio^2 per action token, all processes) of the "
+                                             "step's first minibatch is compared with it (Spinning Up's and "
+                                             "Stable-Baselines3's target_kl; 0.01-0.05 typical). The skipped steps "
+                                             "still advance the learning-rate schedule. null = off (every "
+                                             "ppo_epochs pass runs).", gt=0)
     value_init: str = F("zero", "The value head's starting bias: `zero`, or `first_batch_mean` = the first "
                                 "update's mean discounted return per action token (in scale_returns' units), so "
                                 "a critic of a policy that already earns its reward does not start at 0 (a "
@@ -182,7 +189,7 @@ SPEC = StageSpec(
     metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
              "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
              "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
-             "value_mean", "return_scale", "critic_warmup", *ONLINE_METRICS, *TRAIN_METRICS),
+             "value_mean", "return_scale", "critic_warmup", "early_stop", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
