@@ -38,13 +38,6 @@ class LoopEvaluator:
             return self._evaluate_episodes(policy)
         return self.evaluation(policy, step) if self.evaluation is not None else None
 
-    def keep(self, which: str, result: dict | None) -> None:
-        """An evaluation's result kept as the run's eval `which` ("start", the one the checkpoints carry; None: not
-        evaluated yet)."""
-        if which != "start":
-            raise ValueError(f"the loop keeps eval start only, not {which!r}")
-        self.start = result
-
     @torch.no_grad()
     def _evaluate_episodes(self, policy) -> dict:
         """Mean episode return and success rate of fresh episodes per evaluation row (`eval:` over the stage's

@@ -107,7 +107,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         if state.get("return_moments") is not None:  # a resumed run scales its returns as the uninterrupted one
             self.return_moments = torch.tensor(state["return_moments"], dtype=torch.float64)
             self.return_scale = return_scale(self.return_moments)
-        self.evaluator.keep("start", state.get("eval_start"))
+        self.evaluator.start = state.get("eval_start")
 
     # --- one update ----------------------------------------------------------------------------
     def _forward(self, model, batch: PPOBatch, with_values: bool = True):
@@ -151,8 +151,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         # its weights and moment estimates untouched
         frozen = self._policy_params() if self.critic_warming_up else []
         stop_kl = getattr(self.section, "early_stop_kl", None)  # PPO's key; episode GRPO's section has none
-        planned = self.section.ppo_epochs * -(-len(range(0, n, mb)) // accum)
-        steps = 0
+        planned, steps, stopped = self.schedule.optimizer_steps_per_update, 0, False
         model.train()
         for _ in range(self.section.ppo_epochs):
             order = torch.randperm(n, generator=gen).to(acc.device)
@@ -164,6 +163,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 # checked at a step's first minibatch, on every process alike (the mean is all-reduced)
                 if stop_kl is not None and k % accum == 0 and steps and self._mean(
                         torch.tensor(m["approx_kl"])) > stop_kl:
+                    stopped = True  # early_stop_kl: no further passes this update
                     break
                 m["loss"] = float(loss.detach())
                 acc.backward(loss / accum)
@@ -180,9 +180,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 for key, v in m.items():
                     sums[key] = sums.get(key, 0.0) + v
                 count += 1
-            else:
-                continue
-            break  # early_stop_kl: no further passes this update
+            if stopped:
+                break
         out = {k: self._mean(torch.tensor(v / count)) for k, v in sums.items()}
         if stop_kl is not None:
             for _ in range(planned - steps):  # the schedule counts every planned step (num_training_steps)

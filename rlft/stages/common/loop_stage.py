@@ -45,7 +45,7 @@ class LoopStage(Stage):
         return ctx.extra_state.get("trainer", {}).get("eval_start") if ctx.resume_from else None
 
     def eval_started(self, ctx, result: dict) -> None:
-        self.trainer.evaluator.keep("start", result)  # so each checkpoint carries it
+        self.trainer.evaluator.start = result  # so each checkpoint carries it
 
     def train(self, ctx) -> int:
         try:
