@@ -70,6 +70,7 @@ def _finished_stage(folder: Path, summary) -> None:
     (folder / "final").mkdir(parents=True)
     (folder / "final" / "config.json").write_text("{}")
     (folder / "summary.json").write_text(_dumps(summary))
+    (folder / "config.yaml").write_text("stage: grpo\nmodel:\n  name_or_path: tiny\n")  # the next stage's init_from
 
 
 @settings(PROFILE, max_examples=6)
@@ -79,13 +80,15 @@ def test_pipeline_table_and_report_on_damaged_stage_summaries(tmp_path_factory, 
     runs = tmp / "runs"
     for i, summary in enumerate(summaries, 1):
         summary = {**summary, "status": "finished"} if isinstance(summary, dict) else summary
-        _finished_stage(runs / f"0{i}-grpo{i}", summary)
+        _finished_stage(runs / f"0{i}-grpo", summary)  # the folder of stage i: index and stage, not its name
     (runs / "pipeline_summary.json").write_text("{}")  # a folder a pipeline run made
     path = tmp / "pipe.yaml"
     path.write_text(f"output_dir: {runs}\nstages:\n" + "".join(
         f"  - {{stage: grpo, name: grpo{i}, config: {DEMO}}}\n" for i in (1, 2)))
     res = runner.invoke(app, ["pipeline", "run", str(path), "--resume"])
     _no_crash(res, allowed=(0, 1, 2))
+    # both stages read back as finished and skipped: the table is made from the damaged summaries, nothing trains
+    assert not any((runs / f"0{i}-grpo" / "metrics.jsonl").exists() for i in (1, 2)), res.output[-2000:]
     table = json.loads((runs / "pipeline_summary.json").read_text())
     assert [s["name"] for s in table["stages"]] == ["grpo1", "grpo2"]
     res = runner.invoke(app, ["report", str(runs), "-o", str(tmp / "report")])
