@@ -1,5 +1,6 @@
 """DAPO's dynamic sampling (`grpo.dynamic_sampling`): which sampled groups a step keeps, on worked numbers, and
-where validate-config refuses it (exit 2, with the reason)."""
+where validate-config refuses it (exit 2, with the reason: async and streaming GRPO hand batches over before they
+are scored)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,20 @@ def test_pick_groups_keeps_the_first_groups_with_signal():
 
 
 @pytest.mark.parametrize("config, overrides, says", [
-    ("configs/examples/grpo_demo.yaml", [], "multi-turn episode loop (env.name) only"),
+    ("configs/examples/grpo_demo.yaml", ["grpo.async.max_steps_off_policy=1"], "not with grpo.async"),
+    ("configs/examples/grpo_demo.yaml", ["grpo.async.max_steps_off_policy=0"], "not with grpo.async"),
+    ("configs/examples/grpo_demo.yaml", ["grpo.stream_minibatch.num_minibatches=2"],
+     "not with grpo.stream_minibatch"),
     ("configs/examples/tool_use_grpo.yaml", ["grpo.async.max_steps_off_policy=1"], "not with grpo.async"),
-], ids=["single-turn", "async"])
+], ids=["single-turn-async", "single-turn-async-0", "single-turn-streaming", "episodes-async"])
 def test_refused_where_it_cannot_refill(config, overrides, says):
     res = run_cli("validate-config", "--stage", "grpo", "-c", config, "grpo.dynamic_sampling=true", *overrides)
     assert res.returncode == 2 and "grpo.dynamic_sampling (command line)" in res.stderr and says in res.stderr, \
         res.stderr
-    ok = run_cli("validate-config", "--stage", "grpo", "-c", "configs/examples/tool_use_grpo.yaml",
-                 "grpo.dynamic_sampling=true")
+
+
+@pytest.mark.parametrize("config", ["configs/examples/grpo_demo.yaml", "configs/examples/tool_use_grpo.yaml"],
+                         ids=["single-turn", "episodes"])
+def test_accepted_on_synchronous_grpo(config):
+    ok = run_cli("validate-config", "--stage", "grpo", "-c", config, "grpo.dynamic_sampling=true")
     assert ok.returncode == 0, ok.stderr

@@ -259,9 +259,9 @@ CONDITIONAL: dict[str, Doc] = {
                        "(constant rewards)", COUNT),
     "dynamic/tries": ("grpo with `dynamic_sampling`: samplings this step took to find its groups with signal (1 = "
                       "the first sufficed; at most `dynamic_sampling_max_tries`)", COUNT),
-    "dynamic/kept_groups": ("grpo with `dynamic_sampling`: groups with non-constant returns the step trains on, over "
-                            "all processes (below `batch_size`: the tries ran out, constant groups fill the rest)",
-                            COUNT),
+    "dynamic/kept_groups": ("grpo with `dynamic_sampling`: groups with non-constant returns (single-turn: rewards) "
+                            "the step trains on, over all processes (below `batch_size`: the tries ran out, "
+                            "constant groups fill the rest)", COUNT),
     "clipfrac_lower": ("ppo with `clip_ratio_c` (dual clip): share of action tokens capped at −A·c", FRACTION),
     "episode_return": ("with `env.name`: mean episode return (sum of the turns' rewards)", REWARD),
     "episode_return_std": ("with `env.name`: standard deviation of the episode returns", REWARD),

@@ -25,6 +25,8 @@ from rlft.algos import (
     kl_sample_train, make_kl_controller,
 )
 from rlft.data.messages import as_text
+from rlft.errors import RunError
+from rlft.trainers.grpo_dynamic import GRPODynamicSampling, reward_totals
 from rlft.trainers.grpo_rewards import NOT_REWARD_COLUMNS, GRPORewards
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["NOT_REWARD_COLUMNS", "RlftGRPOTrainer", "check_whole_groups"]
 
 
-class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
+class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
     """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go
     to (None: no completions.jsonl, reward_logs.jsonl or reward hot reload)."""
 
@@ -44,6 +46,11 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
         self.cfg = cfg
         g = cfg.grpo
         self._init_rewards(run, reward_suite)
+        n = self.accelerator.num_processes
+        if g.dynamic_sampling and g.batch_size % n:  # each process refills and keeps its own whole groups
+            raise RunError(f"grpo.dynamic_sampling with {n} processes needs grpo.batch_size ({g.batch_size}) "
+                           f"divisible by {n}: each process samples, refills and keeps whole groups of its own; "
+                           f"set grpo.batch_size to a multiple of {n} or turn grpo.dynamic_sampling off")
         self.eval_start: dict | None = None  # summary.json's eval.start, kept in checkpoints for --resume
         # the horizon counts optimizer steps; unset, a tenth of this run's (the controller acts within the run)
         horizon = g.kl_horizon or default_horizon(max(self.args.max_steps, 1))
@@ -118,7 +125,10 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
         if mode == "train":  # TRL's sampler hands each process whole groups where the layout allows it
             check_whole_groups([ex.get("prompt_id", as_text(ex.get("prompt"))) for ex in inputs], g.group_size,
                                self.accelerator.process_index)
-        out = self._trl_generate_and_score(inputs)
+        if mode == "train" and g.dynamic_sampling:  # DAPO: refill until the groups carry signal (grpo_dynamic.py)
+            out = self._dynamic_generate_and_score(inputs)
+        else:
+            out = self._trl_generate_and_score(inputs)
         if mode != "train":
             return out
         m = self._metrics[mode]
@@ -128,8 +138,7 @@ class RlftGRPOTrainer(GRPORewards, GRPOTrainer):
         rewards_NF = self._rewards_per_func.to(device)  # N: the gathered batch, F: reward functions
         weights_F = self.reward_weights.to(device)
         # a completion any weighted reward failed on has no total: excluded from its group's baseline
-        valid_N = ~torch.isnan(rewards_NF[:, weights_F != 0]).any(dim=1)
-        total_N = torch.where(valid_N, (torch.nan_to_num(rewards_NF) * weights_F).sum(dim=1), float("nan"))
+        total_N, valid_N = reward_totals(rewards_NF, weights_F)
         adv_N = group_advantages(total_N, g.group_size, g.baseline_mode, valid=valid_N)
         const_P = constant_group_mask(total_N, g.group_size, valid=valid_N)
         m["frac_constant_groups"].append(const_P.float().mean().item())

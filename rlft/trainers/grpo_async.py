@@ -67,6 +67,9 @@ class AsyncGRPOTrainer(RlftGRPOTrainer):
         super().__init__(*args, **kwargs)
         if self.accelerator.num_processes > 1:
             raise ValueError("streaming and async GRPO run in one process (the sampler is an in-process copy)")
+        if self.cfg.grpo.dynamic_sampling:  # validate-config refuses it first (stages/grpo/spec.py)
+            raise ValueError("grpo.dynamic_sampling is not with grpo.async or grpo.stream_minibatch: their batches "
+                             "reach the learner before their groups are scored")
         self.overlap = overlap_of(self.cfg)
         self._worker: GenerationWorker | None = None
         self._iteration: int | None = None   # the training iteration being trained (= learner weights version)

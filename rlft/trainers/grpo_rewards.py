@@ -67,6 +67,11 @@ class GRPORewards:
             scores = score_texts(self.reward_suite, prompts, completions, columns, count=False)
             rewards = self.accelerator.gather(scores.per_reward_tensor(device=self.accelerator.device))
         self._rewards_per_func = rewards
+        # this process's sampled token counts and cut-at-max_tokens flags, as TRL counts them (dynamic sampling
+        # recomputes TRL's length metrics on the rows it keeps)
+        ends = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        self._completion_lengths = [len(ids) for ids in completion_ids_list]
+        self._completion_truncated = [bool(len(ids)) and ids[-1] not in ends for ids in completion_ids_list]
         self._batch_log = None
         if self.completion_log.enabled and self.model.training:
             ids = [ex.get("prompt_id") for ex in inputs]

@@ -81,10 +81,12 @@ class GRPOConfig:
     max_tokens: int = max_tokens_field()
     episode_gamma: float = F(1.0, "With env.name: discount per turn of the episode return the group compares (sum_k "
                                   "gamma^k r_k), in [0, 1].", ge=0, le=1)
-    dynamic_sampling: bool = F(False, "DAPO's dynamic sampling (with env.name): sample more groups until "
-                                      "grpo.batch_size groups have non-constant returns (a constant group has no "
-                                      "advantage), at most dynamic_sampling_max_tries samplings per step; short "
-                                      "of that, the step trains on what it has, constant groups filling the rest.")
+    dynamic_sampling: bool = F(False, "DAPO's dynamic sampling: sample more groups (refill prompts drawn from the "
+                                      "train data, seeded) until grpo.batch_size groups have non-constant rewards "
+                                      "(episode returns with env.name; a constant group has no advantage), at most "
+                                      "dynamic_sampling_max_tries samplings per step; short of that, the step "
+                                      "trains on what it has, constant groups filling the rest. Not with "
+                                      "grpo.async or (single-turn) grpo.stream_minibatch.")
     dynamic_sampling_max_tries: int = F(4, "Samplings per step grpo.dynamic_sampling may take, the first "
                                            "included.", ge=1, le=64)
     stream_minibatch: StreamMinibatchConfig = F(help="Streaming minibatch training (off by "
@@ -134,18 +136,22 @@ def checks(c: StageChecks) -> None:
 
 
 def _check_dynamic_sampling(c: StageChecks) -> None:
-    """grpo.dynamic_sampling refills a step with new groups, which only rlft's own episode loop can do: TRL's
-    trainer samples one fixed batch of prompts per step, and async/streaming hand batches over before they are
-    scored."""
+    """grpo.dynamic_sampling refills a step with new groups once its groups are scored: rlft's episode loop and
+    single-turn GRPO's synchronous trainer do; async and streaming hand batches over before they are scored."""
     if c.get("grpo.dynamic_sampling") is not True:
         return
-    if not c.get("env.name"):
-        c.error("grpo.dynamic_sampling", "implemented on the multi-turn episode loop (env.name) only: single-turn GRPO "
-                "runs TRL's trainer, which samples one fixed batch of prompts per step; there, "
-                "grpo.remove_constant_reward_groups leaves constant groups out of the loss (without refilling)")
-    elif isinstance(c.get("grpo.async.max_steps_off_policy"), int) and c.get("grpo.async.max_steps_off_policy") > 0:
-        c.error("grpo.dynamic_sampling", "not with grpo.async: the sampler hands batches ahead of the learner, "
-                "before their groups are scored; turn one of them off")
+    if c.get("env.name"):
+        if isinstance(c.get("grpo.async.max_steps_off_policy"), int) and c.get("grpo.async.max_steps_off_policy") > 0:
+            c.error("grpo.dynamic_sampling", "not with grpo.async: the sampler hands batches ahead of the learner, "
+                    "before their groups are scored; turn one of them off")
+        return
+    # single-turn: any grpo.async or grpo.stream_minibatch runs the sampling-ahead trainer (trainers/grpo_async.py)
+    if c.get("grpo.async.max_steps_off_policy") is not None:
+        c.error("grpo.dynamic_sampling", "not with grpo.async: single-turn GRPO's sampler hands batches ahead of "
+                "the learner, before their groups are scored; turn one of them off")
+    elif c.get("grpo.stream_minibatch.num_minibatches") is not None:
+        c.error("grpo.dynamic_sampling", "not with grpo.stream_minibatch: streaming hands each batch to the "
+                "learner in pieces, before its groups are scored; turn one of them off")
 
 
 def _check_generations(c: StageChecks) -> None:
