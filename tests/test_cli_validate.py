@@ -448,13 +448,6 @@ def test_the_loss_menu_validates_and_names_its_choices():
     assert key == "grpo.loss_fn" and "cispo" in msg
 
 
-def test_mask_truncated_is_single_turn_only():
-    example = REPO / "configs" / "examples" / "tool_use_grpo.yaml"
-    key, _, msg = one_error("--stage", "grpo", "--hw", "cpu", "-c", example, "grpo.mask_truncated=true")
-    assert key == "grpo.mask_truncated" and "env.name" in msg
-    assert cli("validate-config", "--stage", "grpo", "grpo.mask_truncated=true").exit_code == 0
-
-
 def test_trl_on_grpo_episodes_is_refused_naming_the_path():
     _needs_trl_sources("grpo")
     example = REPO / "configs" / "examples" / "tool_use_grpo.yaml"

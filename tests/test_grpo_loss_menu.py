@@ -122,7 +122,7 @@ def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     want, want_grad = trl_loss(s, logp_BT, logp_old_BT, adv_B, mask_BT, tmp_path)
     trainer = SimpleNamespace(section=grpo, algorithm=LoopAlgorithm("episode_returns", s.loss_fn, "kl", 0.0, None))
     mb = SimpleNamespace(logp_old_BT=logp_old_BT, advantages_BT=adv_B[:, None].expand_as(logp_BT).clone(),
-                         mask_BT=mask_BT)
+                         mask_BT=mask_BT, train_mask_BT=mask_BT)
     logp = logp_BT.clone().requires_grad_(True)
     values_BT = torch.zeros(4, 6, requires_grad=True)
     loss, m = advantage_step("episode_returns").loss(trainer, mb, logp, values_BT, torch.zeros(4, 6, 3))

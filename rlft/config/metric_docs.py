@@ -262,6 +262,9 @@ CONDITIONAL: dict[str, Doc] = {
     "dynamic/kept_groups": ("grpo with `dynamic_sampling`: groups with non-constant returns (single-turn: rewards) "
                             "the step trains on, over all processes (below `batch_size`: the tries ran out, "
                             "constant groups fill the rest)", COUNT),
+    "frac_masked_truncated": ("`mask_truncated`: share of the step's rows left out of the loss because an action "
+                              "reached `max_tokens` without ending (single-turn ppo: completions; with `env.name`: "
+                              "episodes with any such turn)", FRACTION),
     "clipfrac_lower": ("ppo with `clip_ratio_c` (dual clip): share of action tokens capped at −A·c", FRACTION),
     "episode_return": ("with `env.name`: mean episode return (sum of the turns' rewards)", REWARD),
     "episode_return_std": ("with `env.name`: standard deviation of the episode returns", REWARD),

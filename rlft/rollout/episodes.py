@@ -61,6 +61,11 @@ class Episode:
         return len(self.turns)
 
     @property
+    def cut_at_max_tokens(self) -> bool:
+        """Some turn's action ran into the token budget (max_tokens) without ending (no EOS)."""
+        return any(t.get("hit_max_tokens", False) for t in self.turns)
+
+    @property
     def tool_calls(self) -> int:
         return sum(1 for t in self.turns if t.get("tool_call", True))
 

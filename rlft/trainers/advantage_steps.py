@@ -71,6 +71,25 @@ def sample_train_kl(t, batch: PPOBatch, logp_learner_BT: Tensor, mask_BT: Tensor
     return {k: t._mean(v) for k, v in kl_sample_train(sampler, logp_learner_BT, mask_BT).items()}
 
 
+def mask_truncated(t, batch: PPOBatch) -> dict:
+    """`<section>.mask_truncated` (DAPO's overlong filtering, TRL's mask_truncated_completions): the rows cut at
+    max_tokens without an EOS are left out of the loss (batch.loss_mask_BT), after the advantages, so they still
+    count in their group's baseline as on single-turn GRPO. A single-turn row is one completion; an episode is
+    left out whole when any of its turns was cut, as verl and SkyRL mask the whole sequence: the episode's return,
+    the only reward its turns share, already holds what the cut turn led to, so its other turns would train on
+    that noise too. Returns the metric frac_masked_truncated ({} when off)."""
+    if not t.algorithm.mask_truncated:
+        return {}
+    mask = batch.mask_BT
+    if batch.episodes is not None:
+        cut = [ep.cut_at_max_tokens for ep in batch.episodes]
+    else:
+        cut = [not done for done in batch.rollouts.finished]
+    keep_B = ~torch.tensor(cut, dtype=torch.bool, device=mask.device)
+    batch.loss_mask_BT = mask * keep_B.unsqueeze(1).to(mask.dtype)
+    return {"frac_masked_truncated": t._mean((~keep_B).float().mean())}
+
+
 # --- gae: PPO ------------------------------------------------------------------------------------
 def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
                    scores_B: Tensor | None) -> None:
@@ -121,6 +140,7 @@ def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
            if episodes is None else {}),
         **({"reward_version": float(reloader.version)} if reloader is not None else {}),
         **sample_train_kl(t, batch, logp_old, mask),
+        **mask_truncated(t, batch),
     }
 
 
@@ -152,7 +172,7 @@ def critic_loss(t, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor,
     """PPO's loss: the policy loss by name, the clipped value loss and the entropy bonus."""
     p = t.cfg.ppo
     return ppo_loss(logp_BT, mb.logp_old_BT, mb.advantages_BT, values_BT * mb.mask_BT, mb.values_old_BT,
-                    mb.returns_BT, entropy_from_logits(logits_BTV), mb.mask_BT, clip_range=p.clip_range,
+                    mb.returns_BT, entropy_from_logits(logits_BTV), mb.train_mask_BT, clip_range=p.clip_range,
                     clip_range_value=p.cliprange_value, vf_coef=p.vf_coef, ent_coef=p.ent_coef,
                     policy_loss=t.algorithm.policy_loss, clip_ratio_c=p.clip_ratio_c,
                     train_policy=not t.critic_warming_up)
@@ -195,6 +215,7 @@ def episode_return_advantages(t, batch: PPOBatch, update: int, reward_metrics: d
         "discounted_return_mean": t._mean(returns_B.mean()),
         "completion_length": t._mean(mask.sum(1).mean()),
         **sample_train_kl(t, batch, logp_old, mask),
+        **mask_truncated(t, batch),
     }
 
 
@@ -202,9 +223,10 @@ def policy_only_loss(settings: LossSettings, mb: PPOBatch, logp_BT: Tensor, valu
                      logits_BTV: Tensor) -> tuple[Tensor, dict]:
     """No critic and no entropy bonus: the policy loss alone, with the section's clip, ratio level and
     aggregation (the same loss menu as single-turn GRPO)."""
-    loss, m = grpo_policy_loss(settings, logp_BT, mb.logp_old_BT, mb.advantages_BT, mb.mask_BT)
+    mask = mb.train_mask_BT
+    loss, m = grpo_policy_loss(settings, logp_BT, mb.logp_old_BT, mb.advantages_BT, mask)
     with torch.no_grad():
-        entropy = masked_mean(entropy_from_logits(logits_BTV), mb.mask_BT)
+        entropy = masked_mean(entropy_from_logits(logits_BTV), mask)
     metrics = {"policy_loss": float(loss.detach()), "entropy": float(entropy), **m}
     if values_BT is not None:  # the untrained value head stays in the graph (DDP wants every parameter used)
         loss = loss + 0.0 * (values_BT * mb.mask_BT).sum()

@@ -21,12 +21,14 @@ class LoopAlgorithm:
     schedule: LoopSchedule
     group_size: int = 1       # each row sampled this many times in a row (a GRPO group)
     dynamic_sampling: bool = False  # DAPO: resample until the update's groups carry signal
+    mask_truncated: bool = False  # rows with an action cut at max_tokens (no EOS) give no gradient
 
 
 def ppo_algorithm(cfg: RlftConfig) -> LoopAlgorithm:
     """PPO on `cfg.ppo`: GAE over a critic, the clipped `ppo` loss, the KL in the reward."""
     p = cfg.ppo
-    return LoopAlgorithm("gae", "ppo", p.kl_penalty, p.init_kl_coef, ppo_loop_schedule(cfg))
+    return LoopAlgorithm("gae", "ppo", p.kl_penalty, p.init_kl_coef, ppo_loop_schedule(cfg),
+                         mask_truncated=p.mask_truncated)
 
 
 def episode_grpo_algorithm(cfg: RlftConfig, num_rows: int) -> LoopAlgorithm:
@@ -34,4 +36,5 @@ def episode_grpo_algorithm(cfg: RlftConfig, num_rows: int) -> LoopAlgorithm:
     log-ratio KL in the advantage."""
     g = cfg.grpo
     return LoopAlgorithm("episode_returns", g.loss_fn, "kl", g.kl_penalty_coef,
-                         episode_grpo_loop_schedule(cfg, num_rows), g.group_size, g.dynamic_sampling)
+                         episode_grpo_loop_schedule(cfg, num_rows), g.group_size, g.dynamic_sampling,
+                         g.mask_truncated)

@@ -33,7 +33,13 @@ class PPOBatch:
     values_old_BT: Tensor | None = None     # its values, 0 off the mask
     advantages_BT: Tensor | None = None
     returns_BT: Tensor | None = None
+    loss_mask_BT: Tensor | None = None      # mask_truncated: mask_BT less the truncated rows' tokens; None = mask_BT
     metrics: dict = field(default_factory=dict)  # the update's rollout metrics
+
+    @property
+    def train_mask_BT(self) -> Tensor:
+        """The tokens the loss trains on: the action tokens, less those `mask_truncated` left out."""
+        return self.mask_BT if self.loss_mask_BT is None else self.loss_mask_BT
 
     def select(self, idx: Tensor) -> PPOBatch:
         """The rows `idx` (a minibatch): every per-row tensor and list indexed; the update's own records

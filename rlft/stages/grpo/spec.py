@@ -75,7 +75,10 @@ class GRPOConfig:
                                     "sum over grpo.max_tokens, then the mean over sequences).",
                       choices=list(LOSS_AGGREGATIONS))
     mask_truncated: bool = F(False, "Completions that reach grpo.max_tokens without an EOS give no gradient (DAPO's "
-                                    "overlong filtering; TRL's mask_truncated_completions). Single-turn only.")
+                                    "overlong filtering; TRL's mask_truncated_completions); they still count in "
+                                    "their group's baseline. With env.name an episode with any turn cut so is left "
+                                    "out of the loss whole (as verl and SkyRL mask the whole sequence: its return "
+                                    "holds what the cut turn led to); frac_masked_truncated logs the share.")
     temperature: float = temperature_field(1.0, "Sampling temperature (0.7-1.0).")
     top_p: float = top_p_field()
     max_tokens: int = max_tokens_field()
@@ -322,10 +325,6 @@ def _check_loss(c: StageChecks) -> None:
             c.warning("grpo.is_level", f"a sequence-level ratio (GSPO: the geometric mean of the tokens' ratios) "
                       f"moves far less than a token's, so a clip of {low} barely clips it; GSPO's paper clips at "
                       "3e-4 (grpo.clip_low) and 4e-4 (grpo.clip_high)")
-    if g("grpo.mask_truncated") is True and g("env.name"):
-        c.error("grpo.mask_truncated", "with env.name rlft's episode loop trains whole episodes and does not "
-                "mask the turns cut at grpo.max_tokens out of the loss (TRL's masking is single-turn); drop "
-                "grpo.mask_truncated (single-turn GRPO only)")
 
 
 def file_checks(c: StageChecks) -> None:

@@ -74,6 +74,10 @@ class PPOConfig:
                                                 "temperature.")
     top_p: float = top_p_field()
     max_tokens: int = max_tokens_field()
+    mask_truncated: bool = F(False, "Completions that reach ppo.max_tokens without an EOS give no gradient (policy, "
+                                    "value and entropy terms; DAPO's overlong filtering, as grpo.mask_truncated). "
+                                    "With env.name an episode with any turn cut so is left out of the loss whole; "
+                                    "frac_masked_truncated logs the share.")
     async_: AsyncConfig = F(help="Async off-policy training, `ppo.async` (off by default): a sampler copy of the "
                                  "policy samples the next updates' episodes while the learner "
                                  "trains.", factory=AsyncConfig)
