@@ -74,14 +74,15 @@ def accuracy(model, tok, rows: list[dict], batch: int = 50, max_new_tokens: int 
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
         with torch.no_grad():
-            gen = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            gen = model.generate(input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device),
+                                 max_new_tokens=max_new_tokens,
                                  do_sample=False, pad_token_id=pad)
         outs += tok.batch_decode(gen[:, width:], skip_special_tokens=True)
     correct = sum(is_correct(o, r["answer"]) for o, r in zip(outs, rows))
     return correct / len(rows), outs
 
 
-def load(model_path: Path, adapter: Path | None = None):
+def load(model_path: Path, adapter: Path | None = None, device: str = "cpu"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,7 +92,7 @@ def load(model_path: Path, adapter: Path | None = None):
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    model.eval()
+    model.to(device).eval()
     return model, tok
 
 
@@ -156,6 +157,10 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--recipe", default=None, help="a GRPO loss recipe layered last: configs/recipes/NAME.yaml")
+    ap.add_argument("--hw", default="cpu",
+                    help="rlft hardware profile of the runs (a GPU one also evaluates on the GPU)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="any other key of the runs, e.g. train.bf16=false (repeatable)")
     ap.add_argument("--quick", action="store_true", help="3 steps, 50 problems, one seed")
     ap.add_argument("--probe", action="store_true", help="base greedy accuracy per task on --problems, no training")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
@@ -173,7 +178,8 @@ def main() -> int:
 
     torch.set_num_threads(os.cpu_count() or 1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    base, tok = load(args.model)
+    device = "cuda" if args.hw != "cpu" and torch.cuda.is_available() else "cpu"
+    base, tok = load(args.model, device=device)
 
     if args.probe:
         for task in TASKS:
@@ -200,9 +206,9 @@ def main() -> int:
         for seed in seeds:
             run = workdir / f"run-seed{seed}"
             recipe = ["-c", str(ROOT / "configs" / "recipes" / f"{args.recipe}.yaml")] if args.recipe else []
-            cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", "cpu", "-c", str(cfg), *recipe,
-                   f"model.name_or_path={args.model}", f"train.seed={seed}", f"train.output_dir={run}",
-                   "--overwrite"]
+            cmd = [sys.executable, "-m", "rlft.cli", "train", "--stage", "grpo", "--hw", args.hw, "-c", str(cfg),
+                   *recipe, f"model.name_or_path={args.model}", f"train.seed={seed}", f"train.output_dir={run}",
+                   *args.set, "--overwrite"]
             print("$ rlft " + " ".join(cmd[3:]), flush=True)
             t0 = time.monotonic()
             res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -212,7 +218,7 @@ def main() -> int:
                 print(f"seed {seed}: rlft train exited {res.returncode}", file=sys.stderr)
                 return 1
             first5, last5, steps = reward_trend(run)
-            model, tok2 = load(args.model, run / "final")
+            model, tok2 = load(args.model, run / "final", device=device)
             t1 = time.monotonic()
             acc_after, outs_after = accuracy(model, tok2, held)
             del model
@@ -224,7 +230,8 @@ def main() -> int:
                   f"{first5:.3f} -> {last5:.3f} over {steps} steps, train {train_s:.0f} s; e.g. {outs_after[:3]}",
                   flush=True)
 
-    print(f"\nrecipe {args.recipe or '(default)'}; task {args.task} {TASKS[args.task]}, {len(held)} held-out problems, "
+    print(f"\nrecipe {args.recipe or '(default)'}; --hw {args.hw} {' '.join(args.set)}; "
+          f"task {args.task} {TASKS[args.task]}, {len(held)} held-out problems, "
           f"{args.steps} steps x "
           f"{args.batch} prompts x {args.group} completions, lr {args.lr}, max_tokens {args.max_tokens}, "
           f"temperature {args.temperature}")
@@ -236,6 +243,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "model": str(args.model.name), "recipe": args.recipe, "task": args.task, "operands": TASKS[args.task],
+            "hw": args.hw, "set": args.set, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "problems": len(held), "data_seed": args.data_seed, "steps": args.steps, "batch": args.batch,
             "group": args.group, "max_tokens": args.max_tokens, "lr": args.lr, "temperature": args.temperature,
             "base_eval_s": round(eval_s, 1), "examples_before": outs_before[:5], "results": results}, indent=2))

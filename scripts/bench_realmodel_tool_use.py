@@ -17,6 +17,7 @@ episode success rate on as many tasks (one episode each, a fixed seed).
     python scripts/bench_realmodel_tool_use.py --ppo-lr 2e-4 --ppo-value-init first_batch_mean --ppo-critic-warmup 1
 
 Measured (docs/benchmarks.md): ORPO 0.000 -> 0.859; PPO at lr 2e-5 0.875 -> 0.875, at 2e-4 0.875 -> 0.000.
+On a GPU: --hw a100 (with --set train.bf16=false ... for fp32); docs/benchmarks.md has a seed sweep there.
 A benchmark, not a test.
 """
 
@@ -149,6 +150,9 @@ def main() -> int:
     ap.add_argument("--ppo-set", action="append", default=[], metavar="KEY=VALUE",
                     help="any other key of the PPO stage, e.g. ppo.ent_coef=0 (repeatable)")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--hw", default="cpu", help="rlft hardware profile of both stages")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a key for both stages, e.g. train.bf16=false (repeatable)")
     ap.add_argument("--quick", action="store_true", help="3 ORPO steps, 1 PPO update")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run folders here")
     args = ap.parse_args()
@@ -159,7 +163,8 @@ def main() -> int:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="rlft-tool-"))
     folder.mkdir(parents=True, exist_ok=True)
     path = pipeline_yaml(folder, args.model.resolve(), args)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": pythonpath}
     ppo_keys = list(args.ppo_set)
     if args.ppo_critic_warmup is not None:
         ppo_keys.append(f"ppo.critic_warmup={args.ppo_critic_warmup}")
@@ -167,8 +172,8 @@ def main() -> int:
         ppo_keys.append(f"ppo.value_init={args.ppo_value_init}")
     t0 = time.time()
     with open(folder / "pipeline.log", "w") as log:
-        rc = subprocess.run([sys.executable, "-m", "rlft.cli", "pipeline", "run", str(path),
-                             *(f"stages.ppo.{kv}" for kv in ppo_keys)], cwd=ROOT, env=env,
+        rc = subprocess.run([sys.executable, "-m", "rlft.cli", "pipeline", "run", str(path), "--hw", args.hw,
+                             *args.set, *(f"stages.ppo.{kv}" for kv in ppo_keys)], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         sys.exit(f"pipeline failed (exit {rc}); see {folder / 'pipeline.log'}")
