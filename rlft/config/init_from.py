@@ -8,12 +8,16 @@ last, so a half-written one never looks finished.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
 from rlft.config.run_config import RunConfigError, read_run_config, value_kind
+
+if TYPE_CHECKING:
+    from rlft.config.schema import ModelConfig
 
 
 def run_root(path: str | Path) -> Path:
@@ -35,6 +39,105 @@ def read_chain_run(root: Path) -> dict:
         raise RunConfigError(f"{root / 'config.yaml'} is damaged: its model section is not a mapping",
                              root / "config.yaml", found=value_kind(data["model"]))
     return data
+
+
+class ChainError(ValueError):
+    """An earlier run of an init_from chain cannot be followed (read after validation, when its weights are
+    rebuilt); the message names the file or the run."""
+
+
+def has_adapter(root: Path) -> bool:
+    """Whether run `root` saved a LoRA adapter (else its final/ holds a full model)."""
+    return (root / "final" / "adapter_config.json").is_file()
+
+
+def _chain_model(root: Path) -> dict:
+    """The `model` section of run `root`'s config.yaml, its own init_from checked."""
+    try:
+        model_cfg = read_chain_run(root).get("model") or {}
+    except RunConfigError as exc:
+        raise ChainError(str(exc)) from None
+    parent = model_cfg.get("init_from")
+    if parent is not None and not isinstance(parent, str):
+        raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
+    if parent and not run_root(parent).is_dir():
+        raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
+                         f"without it")
+    return model_cfg
+
+
+@dataclass(frozen=True)
+class Weights:
+    """One model of an init_from chain as its runs' folders describe it (read once, torch-free): a base model
+    (`name`, built with `tiny_init_std` when it is rlft's `tiny`) or a saved full model (`full`), with `adapters`
+    merged into it in order."""
+
+    name: str | None = None
+    tiny_init_std: float | None = None
+    full: Path | None = None
+    adapters: tuple[Path, ...] = ()
+
+
+def start_weights(root: Path, name: str, tiny_init_std: float) -> Weights:
+    """The model run `root` started from (before its own adapter): the base model when it had no init_from (its own
+    `name_or_path` and `tiny_init_std`, else these), the weights after its init_from run when it merged that run,
+    or that run's start when it continued its adapter. ChainError when a run of the chain cannot be read."""
+    model_cfg = _chain_model(root)
+    parent = model_cfg.get("init_from")
+    if not parent:
+        return Weights(name=model_cfg.get("name_or_path") or name,
+                       tiny_init_std=model_cfg.get("tiny_init_std", tiny_init_std))
+    parent_root = run_root(parent)
+    if model_cfg.get("init_mode", "merge") == "continue" and has_adapter(parent_root):
+        return start_weights(parent_root, name, tiny_init_std)
+    return weights_after(parent_root, name, tiny_init_std)
+
+
+def weights_after(root: Path, name: str, tiny_init_std: float) -> Weights:
+    """The weights after run `root`: its start with its final adapter merged in, or its full model."""
+    if not has_adapter(root):
+        return Weights(full=root / "final")
+    start = start_weights(root, name, tiny_init_std)
+    return replace(start, adapters=(*start.adapters, root / "final"))
+
+
+def starts_from_base(root: Path) -> bool:
+    """Whether run `root` started from the plain base model (so disabling its adapter gives the base)."""
+    return not _chain_model(root).get("init_from")
+
+
+@dataclass(frozen=True)
+class InitRun:
+    """`model.init_from` as model loading needs it, read once: the earlier run's folder, whether the policy carries
+    that run's adapter (`init_mode: continue` with an adapter saved) rather than its merged weights, and the base
+    model (`model.name_or_path`, `model.tiny_init_std`) a chain without its own falls back on."""
+
+    root: Path
+    continues: bool
+    name: str
+    tiny_init_std: float
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final"
+
+    def start(self) -> Weights:
+        return start_weights(self.root, self.name, self.tiny_init_std)
+
+    def after(self) -> Weights:
+        return weights_after(self.root, self.name, self.tiny_init_std)
+
+    def starts_from_base(self) -> bool:
+        return starts_from_base(self.root)
+
+
+def init_run(model: ModelConfig) -> InitRun | None:
+    """The run a stage starts from (`model`: the config's model section), or None without `model.init_from`."""
+    if not model.init_from:
+        return None
+    root = run_root(model.init_from)
+    return InitRun(root, model.init_mode == "continue" and has_adapter(root), model.name_or_path,
+                   model.tiny_init_std)
 
 
 def config_hash(root: Path) -> str:

@@ -48,9 +48,9 @@ def load_policy(cfg: RlftConfig):
 def load_policy_tokenizer(cfg: RlftConfig):
     """The tokenizer of the policy: the base model's, or the one an init_from run saved with its model."""
     if cfg.model.init_from:
-        from rlft.config.init_from import run_root
+        from rlft.config.init_from import init_run
 
-        return load_tokenizer(str(run_root(cfg.model.init_from) / "final"), cfg)
+        return load_tokenizer(str(init_run(cfg.model).final), cfg)
     try:  # the tokenizer loads first in every stage: a bad name fails here, in a second, as one line
         return load_tokenizer(resolve_model_path(cfg), cfg)
     except (OSError, ValueError, KeyError) as exc:
