@@ -90,9 +90,11 @@ def test_single_turn_out_of_tries_trains_on_what_it_has(tmp_path):
 
 
 def test_ddp_with_groups_split_over_processes_is_refused(tmp_path):
-    """3 prompts over 2 processes: a process would refill half a group; the run says so and exits 2."""
+    """3 prompts over 2 processes: a process would refill half a group; the run says so and exits 2, before
+    its run folder."""
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "ddp", "hw.num_processes=2", *CPU_DDP,
                   "-c", coin_config(tmp_path, 4), f"train.output_dir={out}", "grpo.batch_size=3")
     assert res.returncode == 2, res.stderr[-3000:]
     assert "grpo.dynamic_sampling with 2 processes needs grpo.batch_size (3) divisible by 2" in res.stderr
+    assert not out.exists() or not any(out.iterdir())  # refused before the run folder (the layout check)

@@ -86,3 +86,21 @@ def test_reward_totals_and_sampling_metrics_on_the_kept_batch():
     assert m["rewards/a/mean"] == 0.75 and m["rewards/b/mean"] == pytest.approx(2 / 3)
     assert m["reward"] == pytest.approx((1.0 + 0.0 + 1.5 + 1.5) / 4)  # TRL's sum skips a failed reward
     assert m["frac_reward_zero_std"] == 0.5  # the second group (1.5, 1.5) is constant
+
+
+def test_layout_refuses_groups_split_over_processes():
+    """Each process refills and keeps whole groups of its own: grpo.batch_size must be divisible by the processes
+    (checked by the layout, which the run computes before its folder)."""
+    from rlft.config import load_config
+    from rlft.errors import RunError
+    from rlft.stages.grpo.layout import grpo_batch_layout
+
+    def cfg(*overrides):
+        return load_config("grpo", "cpu", [], ["grpo.group_size=4", "grpo.num_substeps=1",
+                                               "grpo.dynamic_sampling=true", *overrides])[0]
+
+    with pytest.raises(RunError, match=r"grpo.dynamic_sampling with 2 processes needs grpo.batch_size \(3\)"):
+        grpo_batch_layout(cfg("grpo.batch_size=3"), num_processes=2)
+    assert grpo_batch_layout(cfg("grpo.batch_size=4"), num_processes=2)["num_generations"] == 4
+    assert grpo_batch_layout(cfg("grpo.batch_size=3"), num_processes=1)["num_generations"] == 4
+    assert grpo_batch_layout(cfg("grpo.batch_size=3", "grpo.dynamic_sampling=false"), num_processes=2)

@@ -19,6 +19,10 @@ def grpo_batch_layout(cfg: RlftConfig, num_processes: int) -> dict:
         raise RunError(f"grpo.batch_size x grpo.group_size / grpo.num_substeps = {per_substep} completions per "
                        f"optimizer step cannot be split over {num_processes} processes")
     per_process = per_substep // num_processes
+    if g.dynamic_sampling and not cfg.env.name and g.batch_size % num_processes:  # rlft/trainers/grpo_dynamic.py
+        raise RunError(f"grpo.dynamic_sampling with {num_processes} processes needs grpo.batch_size ({g.batch_size}) "
+                       f"divisible by {num_processes}: each process samples, refills and keeps whole groups of its "
+                       f"own; set grpo.batch_size to a multiple of {num_processes} or turn grpo.dynamic_sampling off")
     # streaming hands each substep over in num_minibatches pieces: a micro-batch never spans two of them
     per_piece = per_process // (g.stream_minibatch.num_minibatches or 1)
     micro = max(d for d in range(1, min(cfg.train.per_device_train_batch_size, per_piece) + 1) if per_piece % d == 0)
