@@ -28,6 +28,8 @@ def test_tool_use_grpo_masks_the_episodes_with_a_cut_turn(tmp_path):
     for r in got:
         assert 0 < r["frac_masked_truncated"] < 1 and r["frac_masked_truncated"] == pytest.approx(r["frac_truncated"])
         assert r["policy_loss"] != 0 and r["grad_norm"] > 0
+    eps = read_jsonl(out / "completions.jsonl")  # each logged episode says whether the loss left it out
+    assert eps and all(isinstance(e["masked"], bool) for e in eps) and any(e["masked"] for e in eps)
 
 
 def test_tool_use_grpo_demo_with_every_action_cut_trains_nothing(tmp_path):
@@ -55,3 +57,5 @@ def test_ppo_masks_the_cut_completions(tmp_path):
     assert [r["step"] for r in got] == [1, 2, 3]
     assert all(r["frac_masked_truncated"] == pytest.approx(r["frac_truncated"]) for r in got), got
     assert any(0 < r["frac_masked_truncated"] < 1 for r in got) and all(r["grad_norm"] > 0 for r in got), got
+    logged = read_jsonl(out / "completions.jsonl")
+    assert logged and all(isinstance(c["masked"], bool) for c in logged)

@@ -247,15 +247,21 @@ class RolloutCollector:
             return
         mask = batch.mask_BT
         adv_B = (batch.advantages_BT * mask).sum(1) / mask.sum(1).clamp_min(1)
+        # mask_truncated: the rows left out of the loss (their advantage still shown)
+        masked_B = None if batch.loss_mask_BT is None else (batch.loss_mask_BT.sum(1) == 0) & (mask.sum(1) > 0)
         if batch.episodes is not None:  # whole episodes: every turn's action, observation and reward
             n = self.completion_log.rows_to_write(len(batch.episodes))
             if n:
                 with open(self.completion_log.path, "a") as f:
-                    for ep, a in zip(batch.episodes[:n], adv_B):
-                        f.write(json.dumps({"step": step, **ep.log_row(), "advantage": round(float(a), 6)}) + "\n")
+                    for b, (ep, a) in enumerate(zip(batch.episodes[:n], adv_B)):
+                        extra = {"masked": bool(masked_B[b])} if masked_B is not None else {}
+                        f.write(json.dumps({"step": step, **ep.log_row(), "advantage": round(float(a), 6),
+                                            **extra}) + "\n")
             return
         self.completion_log.write_rollouts(step, batch.rollouts, batch.scores,
                                            advantages=[round(float(a), 6) for a in adv_B],
                                            extra={"return": [round(float(g), 6) for g in batch.returns_BT[:, 0]],
+                                                  **({"masked": [bool(m) for m in masked_B]}
+                                                     if masked_B is not None else {}),
                                                   **({"reward_version": [self.reloader.version] * len(adv_B)}
                                                      if self.reloader is not None else {})})
