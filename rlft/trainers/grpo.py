@@ -151,7 +151,9 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             for name in self.reward_suite.names:
                 errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
                 m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
-            self.reward_suite.record(valid_N.numel(), (~valid_N).sum().item())  # may stop the run
+            # every completion scored counts, those of the groups dynamic sampling dropped included
+            scored, failed = self._dynamic_scored if g.dynamic_sampling else (valid_N.numel(), (~valid_N).sum().item())
+            self.reward_suite.record(scored, failed)  # may stop the run
 
         start = self.accelerator.process_index * n_local
         local = slice(start, start + n_local)

@@ -166,6 +166,7 @@ class GRPODynamicSampling:
         m = self._metrics["train"]
         before = {k: len(v) for k, v in m.items()}
         outs, rewards, logs, lengths, truncated, signal = [], [], [], [], [], []
+        scored = failed = 0
         tries = 0
         while True:
             tries += 1
@@ -175,6 +176,7 @@ class GRPODynamicSampling:
             lengths.append(self._completion_lengths)
             truncated.append(self._completion_truncated)
             total, valid = reward_totals(self._rewards_per_func, self.reward_weights.to(self._rewards_per_func.device))
+            scored, failed = scored + valid.numel(), failed + int((~valid).sum())
             const = constant_group_mask(total, G, valid=valid).view(P, want)
             signal.append((~const).tolist())
             short = any(sum(sum(s[p]) for s in signal) < want for p in range(P))  # the same on every process
@@ -188,6 +190,7 @@ class GRPODynamicSampling:
         everyone = [p * tries * n + r for p in range(P) for r in rows[p]]  # into process_major's order
         rewards_NF = process_major(rewards, P)[torch.tensor(everyone, device=rewards[0].device)]
         self._rewards_per_func = rewards_NF
+        self._dynamic_scored = (scored, failed)  # the reward failure guard counts every try's completions
         if logs[0] is not None:
             self._batch_log = tuple([process_major([log[j] for log in logs], P)[i] for i in everyone]
                                     for j in range(3))
