@@ -11,6 +11,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RLFT_CACHE", str(ROOT / ".cache" / "rlft"))
 
 
+def _share_cores_among_xdist_workers():
+    """Under pytest-xdist (`-n N`), worker i keeps every N-th of the usable cores, so N workers never run more
+    threads than the machine has: the `rlft` runs a test starts inherit the set, and hw.cpu_threads `auto` counts
+    it (torch's spin-waiting threads beyond the free cores make each step many times slower). Without -n, or with
+    more workers than cores, nothing changes."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return
+    if not hasattr(os, "sched_setaffinity"):  # macOS, Windows: the OS spreads the workers
+        return
+    cores, index, workers = sorted(os.sched_getaffinity(0)), int(worker[2:]), int(count)
+    if 1 < workers <= len(cores):
+        mine = cores[index % workers::workers]
+        os.sched_setaffinity(0, mine)
+        os.environ["OMP_NUM_THREADS"] = str(len(mine))  # before torch is imported: its default follows
+
+
+_share_cores_among_xdist_workers()
+
+
 FAULT_CLI = ROOT / "tests" / "fault_cli.py"
 
 
@@ -65,3 +85,44 @@ def interrupt_after_checkpoint(out, step, *args, timeout=300):
     _, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 130, err[-2000:]
     return err
+
+
+
+# --- trained runs several tests read: each trained once per session (per xdist worker) -------------------------
+# A test that changes such a run (resumes it, damages a file) works on a copy: shutil.copytree first.
+
+
+@pytest.fixture(scope="session")
+def pipeline_demo_run(tmp_path_factory):
+    """`rlft pipeline run configs/examples/pipeline_demo.yaml` as the README gives it, from scratch in a folder of its
+    own: (that working folder, the CLI's result); the run is in <folder>/runs/pipeline_demo."""
+    cwd = tmp_path_factory.mktemp("pipeline_demo")
+    return cwd, run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", cwd=cwd)
+
+
+def _shared_fixtures(item) -> list:
+    """The module- and session-scoped fixtures of tests/ that `item` uses (most of them train or build something)."""
+    import inspect
+
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name in getattr(info, "names_closure", ()):
+        defs = info.name2fixturedefs.get(name) or ()
+        if not defs or defs[-1].scope not in ("module", "session"):
+            continue
+        try:
+            source = inspect.getsourcefile(defs[-1].func) or ""
+        except TypeError:
+            continue
+        if Path(source).resolve().parent == Path(__file__).resolve().parent:  # ours, not pytest's tmp_path_factory
+            shared.append(name if defs[-1].scope == "session" else f"{item.module.__name__}.{name}")
+    return sorted(shared)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `-n N --dist loadgroup` (.ci/run) the tests that share a module- or session-scoped fixture run on one
+    worker, so each such run is trained once, not once per worker; without xdist the mark is inert."""
+    for item in items:
+        shared = _shared_fixtures(item)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group("+".join(shared)))

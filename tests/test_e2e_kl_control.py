@@ -6,6 +6,7 @@ Both runs are staged, RL after ORPO -> AWR, with KL to the AWR model: the random
 letter about 2% of its mass, so from it no run could climb far under the limit (the README's bound)."""
 
 import json
+import shutil
 
 import pytest
 
@@ -51,20 +52,29 @@ def test_ppo_demo_with_kl_on(tmp_path):
 
 
 @pytest.mark.e2e
-def test_grpo_demo_with_kl_on(tmp_path):
+def test_grpo_demo_with_kl_on(tmp_path, pipeline_demo_run):
     """The pipeline demo's GRPO stage with the GRPO profile's KL settings (the demo turns KL off), a sixth of the
     demo's step size for 150 steps, temperature 0.8 and a constant rate. Measured over seeds 1, 2, 3 x kernels avx2
     and default (scripts/bench_demos.py --demos kl_grpo): a single step's KL at most 0.078-0.196, training reward
     gain 0.120-0.242, eval gain 0.014-0.053 under the pipeline's shared `eval:` (AWR already ends at 0.92-0.97 there,
     so the stage keeps its start rather than adding much; 0.144-0.231 when GRPO measured its start with its own
     generation batches); seed 42: KL at most 0.268. At lr 1e-3 (100 steps) two runs of six tripped kl_critical. Here
-    the KL stays under the limit mostly because the reference already writes z's."""
-    res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", "stages.grpo.grpo.kl_penalty_coef=0.05",
-                  "stages.grpo.grpo.adaptive_kl=true", "stages.grpo.train.learning_rate=5e-4",
+    the KL stays under the limit mostly because the reference already writes z's.
+
+    Stages 1 and 2 are the demo's own (conftest's pipeline_demo_run, the same settings): a copy of its folder
+    without the GRPO stage, which `pipeline run --resume` trains with KL on."""
+    demo, trained = pipeline_demo_run
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    shutil.copytree(demo / "runs", tmp_path / "runs", symlinks=True)
+    shutil.rmtree(tmp_path / "runs" / "pipeline_demo" / "03-grpo")
+    res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", "--resume",
+                  "stages.grpo.grpo.kl_penalty_coef=0.05", "stages.grpo.grpo.adaptive_kl=true",
+                  "stages.grpo.train.learning_rate=5e-4",
                   "stages.grpo.train.max_steps=150", "stages.grpo.grpo.temperature=0.8",
                   "stages.grpo.train.lr_scheduler_type=constant", "stages.grpo.monitor.entropy_critical=0.05",
                   cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "stage 3 (grpo): starting grpo" in res.stderr, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     stages = json.loads((root / "pipeline_summary.json").read_text())["stages"]
     _check_kl_held(root / "03-grpo", stages[-1], eval_gain=0.0, reward_gain=0.05)

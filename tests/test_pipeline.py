@@ -185,8 +185,8 @@ print("SERVED_STAGE2", all(torch.allclose(served[k], v, atol=1e-6) for k, v in b
 
 
 @pytest.mark.e2e
-def test_pipeline_demo_runs(tmp_path):
-    res = run_cli("pipeline", "run", EXAMPLES / "pipeline_demo.yaml", cwd=tmp_path)
+def test_pipeline_demo_runs(pipeline_demo_run):
+    tmp_path, res = pipeline_demo_run  # the demo run from scratch (conftest; test_e2e_kl_control reuses its stages)
     assert res.returncode == 0, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     summary = json.loads((root / "pipeline_summary.json").read_text())

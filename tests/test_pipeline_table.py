@@ -2,6 +2,7 @@
 CLI, the pipeline demo in miniature with every stage's eval numbers in pipeline_summary.json and the table."""
 
 import json
+import shutil
 
 import pytest
 
@@ -102,11 +103,22 @@ def test_table_lines_stage_by_stage_with_warnings_below():
     assert lines[5].split() == ["3", "grpo", "grpo", "pending", "-", "-"]
 
 
+DEMO = ROOT / "configs" / "examples" / "pipeline_demo.yaml"
+MINIATURE = ["stages.1.train.max_steps=2", "stages.2.awr.rounds=1", "stages.2.data.max_samples=8",
+             "stages.2.train.num_train_epochs=1", "stages.3.train.max_steps=2", "data.eval_prompts=4"]
+
+
+@pytest.fixture(scope="module")
+def miniature_demo(tmp_path_factory):
+    """The pipeline demo in miniature, run once from scratch: (its working folder, the CLI's result). A test that
+    changes the run works on a copy."""
+    cwd = tmp_path_factory.mktemp("miniature_demo")
+    return cwd, run_cli("pipeline", "run", DEMO, *MINIATURE, cwd=cwd)
+
+
 @pytest.mark.e2e
-def test_pipeline_demo_reports_each_stages_eval(tmp_path):
-    res = run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", "stages.1.train.max_steps=2",
-                  "stages.2.awr.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
-                  "stages.3.train.max_steps=2", "data.eval_prompts=4", cwd=tmp_path)
+def test_pipeline_demo_reports_each_stages_eval(miniature_demo):
+    tmp_path, res = miniature_demo
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "pipeline_demo" / "pipeline_summary.json").read_text())
     stages = summary["stages"]
@@ -124,15 +136,18 @@ def test_pipeline_demo_reports_each_stages_eval(tmp_path):
 
 
 @pytest.mark.e2e
-def test_stages_evaluating_differently_are_not_compared_and_the_report_draws_one_curve(tmp_path):
+def test_stages_evaluating_differently_are_not_compared_and_the_report_draws_one_curve(tmp_path, miniature_demo):
     """The demo in miniature with its last stage's eval sampled otherwise than the shared `eval:`: the table names
     both settings instead of comparing, and `rlft report` on the pipeline folder draws the eval curve across the
-    stages beside the per-stage graphs."""
-    res = run_cli("pipeline", "run", ROOT / "configs" / "examples" / "pipeline_demo.yaml", "stages.1.train.max_steps=2",
-                  "stages.2.awr.rounds=1", "stages.2.data.max_samples=8", "stages.2.train.num_train_epochs=1",
-                  "stages.3.train.max_steps=2", "data.eval_prompts=4", "stages.3.eval.samples_per_prompt=2",
-                  "stages.3.eval.temperature=1.0", cwd=tmp_path)
+    stages beside the per-stage graphs. Stages 1 and 2 are the miniature's (the same settings): a copy of its
+    folder without stage 3, which `pipeline run --resume` trains with the changed eval."""
+    assert miniature_demo[1].returncode == 0, miniature_demo[1].stderr[-3000:]
+    shutil.copytree(miniature_demo[0] / "runs", tmp_path / "runs", symlinks=True)
+    shutil.rmtree(tmp_path / "runs" / "pipeline_demo" / "03-grpo")
+    res = run_cli("pipeline", "run", DEMO, *MINIATURE, "stages.3.eval.samples_per_prompt=2",
+                  "stages.3.eval.temperature=1.0", "--resume", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "stage 3 (grpo): starting grpo" in res.stderr, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     stages = json.loads((root / "pipeline_summary.json").read_text())["stages"]
     assert stages[0]["eval"]["end"]["eval_set"] == stages[1]["eval"]["end"]["eval_set"]  # the shared eval: settings
