@@ -1,7 +1,9 @@
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,11 +42,44 @@ def cli_command(faults=None) -> list:
     return [sys.executable, str(FAULT_CLI)] if faults else [sys.executable, "-m", "rlft.cli"]
 
 
+def launches_processes(args) -> bool:
+    """Whether `rlft ARGS...` starts several processes on this machine (`train --hw ddp|fsdp`, or any
+    hw.num_processes above 1), whose rendezvous takes hw.main_process_port."""
+    args = [str(a) for a in args]
+    if not args or args[0] != "train" or "--dry-run" in args:
+        return False
+    hw = args[args.index("--hw") + 1] if "--hw" in args[:-1] else None
+    return hw in ("ddp", "fsdp") or any(a.startswith("hw.num_processes=") and a != "hw.num_processes=1" for a in args)
+
+
+@contextlib.contextmanager
+def one_launch_at_a_time(active=True):
+    """Held while a test's multi-process run goes: such runs take the profile's hw.main_process_port (29500), and
+    rlft only moves to a free port when that one is taken at the check, so two started together (pytest-xdist
+    workers, or two pytest sessions on one machine) could both pick it. A lock file in the temp folder makes
+    them take turns; everything else runs alongside."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        fcntl = None
+    if not active or fcntl is None:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "rlft-tests-multiprocess-run.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
-    """Run `rlft ARGS...` in a subprocess, as a user would (with `faults`: see cli_command)."""
+    """Run `rlft ARGS...` in a subprocess, as a user would (with `faults`: see cli_command); multi-process runs
+    one at a time (one_launch_at_a_time)."""
     full_env = {**os.environ, **(env or {}), **(faults or {})}
-    return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    with one_launch_at_a_time(launches_processes(args)):
+        return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 class RecordingConsole:
@@ -75,14 +110,15 @@ def interrupt_after_checkpoint(out, step, *args, timeout=300):
     import signal
     import time
 
-    proc = subprocess.Popen([*cli_command(), *map(str, args)], cwd=ROOT, env=dict(os.environ),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + timeout
-    while not (Path(out) / "checkpoints" / f"checkpoint-{step}" / "rlft_complete").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=timeout)
+    with one_launch_at_a_time(launches_processes(args)):
+        proc = subprocess.Popen([*cli_command(), *map(str, args)], cwd=ROOT, env=dict(os.environ),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + timeout
+        while not (Path(out) / "checkpoints" / f"checkpoint-{step}" / "rlft_complete").exists():
+            assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 130, err[-2000:]
     return err
 

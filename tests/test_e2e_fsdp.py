@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, cli_command, read_jsonl, run_cli
+from conftest import ROOT, cli_command, one_launch_at_a_time, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -122,15 +122,16 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tmp_path):
     args = ["train", "--stage", "grpo", "--hw", "fsdp", "-c", example, *TWO_CPU, "train.max_steps=6",
             "train.save_steps=100"]
     out = tmp_path / "cut"
-    proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT, env=os.environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "metrics.jsonl").is_file() and len(read_jsonl(out / "metrics.jsonl")) >= 2:
-            proc.send_signal(signal.SIGTERM)
-            break
-        time.sleep(0.05)
-    _, err = proc.communicate(timeout=300)
+    with one_launch_at_a_time():  # the profile's port, as run_cli's multi-process runs
+        proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT, env=os.environ,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "metrics.jsonl").is_file() and len(read_jsonl(out / "metrics.jsonl")) >= 2:
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
     assert err.count("rlft: interrupted at step") == 1, err[-3000:]
     assert any((out / "checkpoints").glob("checkpoint-*/rlft_complete"))
