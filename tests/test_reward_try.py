@@ -296,7 +296,7 @@ def test_from_run_does_not_write_through_a_link_planted_in_the_run(tmp_path, tar
 
 
 def test_config_layer_replaces_a_hard_link_instead_of_writing_through_it(tmp_path):
-    from rlft.posttrain import eval_config_file
+    from rlft.posttrain.config_layer import eval_config_file
 
     run = _hand_run(tmp_path)
     outside = tmp_path / "outside.yaml"
@@ -311,7 +311,7 @@ def test_config_layer_keeps_escaped_interpolations_as_text(tmp_path):
     """A `\\${..}` the user escaped is `${..}` in the run's resolved config.yaml: eval/rewards try must read it back
     as that text, not interpolate it (a missing key error, or another key's value); reward kwargs stay verbatim."""
     from rlft.config.compose import compose
-    from rlft.posttrain import eval_config_file
+    from rlft.posttrain.config_layer import eval_config_file
 
     run = tmp_path / "run"
     run.mkdir()

@@ -1,5 +1,5 @@
 """`rlft eval`, `generate` and `export`: a trained run, checkpoint, adapter or model put to use
-(rlft/posttrain.py does the work)."""
+(rlft/posttrain/ does the work)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ CHECKPOINT_OPT = typer.Option(None, "--checkpoint", help="With a run folder: use
 
 
 def _target(path: Path, checkpoint: Optional[int]):
-    from rlft.posttrain import resolve_target
+    from rlft.posttrain.target import resolve_target
 
     with exits():
         return resolve_target(path, checkpoint)
@@ -42,7 +42,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
     """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
     # sampling follows the config's `eval:` section (a run's own, by default) unless a flag says otherwise
-    from rlft.posttrain import eval_config_file, run_config
+    from rlft.posttrain.config_layer import eval_config_file
+    from rlft.posttrain.target import run_config
 
     # the paths named here, as meant now: a reward's code (imported below) may chdir, which must not move them
     shown, here = out, Path.cwd()
@@ -73,7 +74,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     with exits():  # before minutes of sampling, not after; a run's own eval.jsonl is rlft's to replace
         check_output_file(dest, force=force or (out is None and tgt.run_root is not None), what="-o file")
     quiet()
-    from rlft.posttrain import evaluate
+    from rlft.posttrain.evaluate import evaluate
 
     with exits():
         res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
@@ -125,7 +126,7 @@ def generate_cmd(target: Path = TARGET_ARG,
         raise typer.Exit(2)
     tgt = _target(target, checkpoint)
     quiet()
-    from rlft.posttrain import generate
+    from rlft.posttrain.generate import generate
 
     with exits():
         rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
@@ -143,13 +144,13 @@ def export_cmd(target: Path = TARGET_ARG,
                                                                  "transformers model."),
                checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
     """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
-    from rlft.posttrain import check_export_dir
+    from rlft.posttrain.export import check_export_dir
 
     tgt = _target(target, checkpoint)
     with exits():
         check_export_dir(out)  # before loading anything
     quiet()
-    from rlft.posttrain import export
+    from rlft.posttrain.export import export
 
     with exits():
         path = export(tgt, out, merge)

@@ -92,7 +92,7 @@ def run_stage(run: Path) -> str:
 
 def run_config_file(run: Path, stage: str) -> Path:
     """The run's config (model, data, rewards, ...) as a layer file beside it; the caller deletes it."""
-    from rlft.posttrain import eval_config_file
+    from rlft.posttrain.config_layer import eval_config_file
     from rlft.errors import RunError
 
     try:
@@ -241,7 +241,7 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     """n fresh samples for each of the first `max_prompts` training prompts (checked and fitted as training
     does) from the configured model, with the stage's sampling settings and train.seed; no training."""
     from rlft.models.loading import ModelLoadError, load_policy, load_policy_tokenizer
-    from rlft.posttrain import sampling_section
+    from rlft.posttrain.evaluate import sampling_section
     from rlft.rollout import SamplingParams, sample
     from rlft.rollout.score import sampled_columns
     from rlft.errors import RunError

@@ -121,7 +121,8 @@ def _first_prompt(root: Path) -> str:
 
 def _load_and_generate(root: Path) -> str:
     """Load the run's final model as `rlft generate` does and sample a few tokens; what was tested, in words."""
-    from rlft.posttrain import generate, resolve_target
+    from rlft.posttrain.generate import generate
+    from rlft.posttrain.target import resolve_target
 
     target = resolve_target(root)
     rows = generate(target, [_first_prompt(root)], 1, GENERATE_TOKENS, 1.0, 1.0, 0)

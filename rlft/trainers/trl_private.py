@@ -93,7 +93,7 @@ MEMBERS: tuple[Member, ...] = (
            used_in="models/sharded.py: set on a sharded model so generate() keeps the ranks in step"),
     # --- elsewhere ----------------------------------------------------------------------------------
     Member("transformers.PretrainedConfig", "_name_or_path", ATTRIBUTE,
-           used_in="posttrain.py: written, the merged model's base name"),
+           used_in="posttrain/export.py: written, the merged model's base name"),
     Member("torch.optim.lr_scheduler.LRScheduler", "_last_lr", ATTRIBUTE,
            used_in="monitor/callbacks.py: written with a changed learning rate on resume"),
 )

@@ -1,0 +1,24 @@
+"""`rlft generate`: a few completions sampled from the trained policy through the rollout layer."""
+
+from __future__ import annotations
+
+from rlft.posttrain.policy import load_policy
+from rlft.posttrain.target import Target
+
+
+def as_chat(tokenizer, text: str, raw: bool = False):
+    """A plain prompt as one user message when the tokenizer has a chat template (unless raw)."""
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return text
+    return [{"role": "user", "content": text}]
+
+
+def generate(target: Target, prompts: list[str], n: int, max_tokens: int, temperature: float, top_p: float,
+             seed: int, raw: bool = False) -> list[dict]:
+    from rlft.rollout import SamplingParams, sample
+
+    model, tokenizer = load_policy(target)
+    rolls = sample(model, tokenizer, [as_chat(tokenizer, p, raw) for p in prompts], n,
+                   SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed))
+    return [{"prompt": prompts[rolls.prompt_index[i]], "completion": rolls.completions[i],
+             "finished": rolls.finished[i] if rolls.finished else None} for i in range(len(rolls))]
