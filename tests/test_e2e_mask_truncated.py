@@ -35,7 +35,8 @@ def test_tool_use_grpo_masks_the_episodes_with_a_cut_turn(tmp_path):
 def test_tool_use_grpo_demo_with_every_action_cut_trains_nothing(tmp_path):
     """The demo's max_tokens 2 cuts nearly every action by design (up to three turns an episode): every episode holds
     a cut turn and is left out of the loss whole, so the steps have no gradient; frac_truncated still counts turns
-    (a turn that ended with EOS in a masked episode leaves it below 1)."""
+    (a turn that ended with EOS in a masked episode leaves it below 1). The `all_masked_truncated` health rule says
+    so once on the console, naming the fix."""
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", TOOL_GRPO, f"train.output_dir={out}", *SHORT,
                   "grpo.mask_truncated=true")
@@ -45,6 +46,11 @@ def test_tool_use_grpo_demo_with_every_action_cut_trains_nothing(tmp_path):
     print([(r["frac_truncated"], r["frac_masked_truncated"]) for r in got])
     assert all(r["frac_masked_truncated"] == 1.0 and r["frac_truncated"] > 0.9 for r in got), got
     assert all(r["policy_loss"] == 0 and r["grad_norm"] == 0 for r in got), got
+    said = [line for line in (res.stdout + res.stderr).splitlines() if "frac_masked_truncated=" in line]
+    assert len(said) == 1 and "nothing trains" in said[0], said  # the warning: once on the console, naming the fix
+    assert "raise grpo.max_tokens, or turn grpo.mask_truncated off" in said[0], said
+    fired = [h for h in read_jsonl(out / "health.jsonl") if h["rule"] == "all_masked_truncated"]
+    assert [h["step"] for h in fired] == [1, 2, 3] and all(h["action"] == "warn" for h in fired), fired
 
 
 def test_ppo_masks_the_cut_completions(tmp_path):

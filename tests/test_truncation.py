@@ -109,3 +109,24 @@ def test_truncated_rule_names_the_stage_budget_key():
     (f,) = rule({"stage": "ppo", "frac_truncated": 1.0, "episode_return": 0.0}, m)
     assert "sampled turns" in f.message and "ppo.max_tokens" in f.message
     assert rule({"stage": "ppo", "frac_truncated": 1.0}, MonitorConfig(truncated_warn=1.0)) == []  # 1 = off
+
+
+def test_all_masked_truncated_rule_fires_when_nothing_trains_and_names_the_fix():
+    rule, m = RULES["all_masked_truncated"], MonitorConfig()
+    assert rule({"stage": "grpo", "frac_truncated": 1.0}, m) == []  # mask_truncated off: no such metric
+    assert rule({"stage": "grpo", "frac_masked_truncated": 0.99}, m) == []  # some rows still train
+    assert rule({"stage": "grpo", "frac_masked_truncated": float("nan")}, m) == []
+    (f,) = rule({"stage": "grpo", "frac_masked_truncated": 1.0, "episode_return": 0.0}, m)
+    assert f.rule == "all_masked_truncated" and f.level == "warning" and f.threshold == 1.0
+    assert f.metric == "frac_masked_truncated" and f.value == 1.0 and "\n" not in f.message
+    assert "every episode held a turn" in f.message and "nothing trains" in f.message
+    assert "raise grpo.max_tokens, or turn grpo.mask_truncated off" in f.message
+    (f,) = rule({"stage": "ppo", "frac_masked_truncated": 1.0}, m)
+    assert "every completion reached ppo.max_tokens" in f.message and "ppo.mask_truncated off" in f.message
+
+
+def test_all_masked_truncated_rule_is_checked_by_the_stages_that_mask():
+    from rlft.config.stages import SPECS
+
+    have = {name for name, spec in SPECS.items() if "all_masked_truncated" in spec.health_rules}
+    assert have == {"grpo", "ppo"}

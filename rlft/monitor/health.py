@@ -132,6 +132,18 @@ def _truncated(r: dict, m) -> list[Firing]:
                    f"penalty (the overlong_penalty reward)")]
 
 
+def _all_masked_truncated(r: dict, m) -> list[Firing]:
+    frac = r.get("frac_masked_truncated")  # logged only with <stage>.mask_truncated on
+    if not isinstance(frac, (int, float)) or _bad(frac) or frac < 1.0:
+        return []
+    stage = f"{r['stage']}." if r.get("stage") else ""
+    what = "episode held a turn that" if "episode_return" in r else "completion"
+    return [Firing("all_masked_truncated", "warning", "frac_masked_truncated", frac, 1.0,
+                   f"every {what} reached {stage}max_tokens without ending, so {stage}mask_truncated left the whole "
+                   f"step out of the loss: nothing trains (loss and grad norm 0); raise {stage}max_tokens, or turn "
+                   f"{stage}mask_truncated off")]
+
+
 GAP_WINDOW = 5  # training steps averaged at each end for the train-up/eval-flat rule
 
 
@@ -160,6 +172,7 @@ RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "sampler_learner_mismatch": _sampler_learner_mismatch,
     "awr_ess": _awr_ess,
     "truncated": _truncated,
+    "all_masked_truncated": _all_masked_truncated,
 }
 
 

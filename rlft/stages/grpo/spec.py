@@ -494,7 +494,7 @@ SPEC = StageSpec(
              "completions/max_terminated_length", *TRAIN_METRICS),
     console=("reward", "kl_policy_ref", "entropy", "completion_length", "loss"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "all_groups_constant",
-                  "sampler_learner_mismatch", "truncated"),
+                  "sampler_learner_mismatch", "truncated", "all_masked_truncated"),
     resume_breaking=("grpo.group_size", "grpo.batch_size", "grpo.num_substeps"),
     steps_per_generation=steps_per_generation,
     checks=checks, section_checks=section_checks, file_checks=file_checks, explain=explain, model_card=model_card,
