@@ -25,10 +25,9 @@ def _cfg(*overrides):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from rlft.models.loading import load_tokenizer
-    from rlft.tiny import ensure_tiny_model
+    from rlft.models.loading import load_policy_tokenizer
 
-    tok = load_tokenizer(str(ensure_tiny_model()), _cfg("data.chat_template_kwargs={flavour: mint}"))
+    tok = load_policy_tokenizer(_cfg("data.chat_template_kwargs={flavour: mint}"))
     tok.chat_template = SHOWS_FLAVOUR
     return tok
 

@@ -182,7 +182,7 @@ def test_trl_error_names_the_passthrough_key_and_its_layer(tmp_path):
 
 
 def test_trl_error_maps_trl_options_back_to_rlft_keys():
-    from rlft.stages.common.trl_config import rlft_keys_in
+    from rlft.config.trl_fields import rlft_keys_in
 
     cfg, _, _ = load_config("grpo", "cpu")
     cfg.trl["generation_batch_size"] = 8  # validate refuses it (grpo.batch_size sets it); TRL's objection maps back

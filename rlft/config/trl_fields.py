@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,3 +87,14 @@ def trainer_config_fields(stage: str) -> frozenset[str] | None:
         out |= names
         todo += [(*PARENTS[b], b) for b in bases if b in PARENTS]
     return frozenset(out) if out else None
+
+
+def rlft_keys_in(message: str, args: dict, cfg) -> list[str]:
+    """The rlft keys behind the TRL options a TRL error message names (`args`: the options given, `cfg`: the
+    RlftConfig): `trl.X` for passthrough
+    options first (the likeliest culprit), then the rlft keys mapped onto TRL's options."""
+    modeled = modeled_by_rlft(cfg.stage)
+    named = [k for k in sorted(args, key=len, reverse=True) if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", message)]
+    passthrough = [f"trl.{k}" for k in named if k in cfg.trl]
+    mapped = [modeled[k] for k in named if k not in cfg.trl and k in modeled]
+    return list(dict.fromkeys(passthrough + mapped))

@@ -7,6 +7,7 @@ loaded and checked, the columns the rewards read present, plain text turned into
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rlft.data.columns import column_values
@@ -16,7 +17,7 @@ from rlft.data.prompts import prepare_prompt_dataset
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["load_prompts", "check_reward_columns", "as_chat", "fit_lengths", "prepare"]
+__all__ = ["load_prompts", "check_reward_columns", "as_chat", "fit_lengths", "prepare", "PromptSet", "first_rows"]
 
 
 def load_prompts(path: str, column: str, source: str, *, system_prompt: str | None = None,
@@ -147,3 +148,33 @@ def prepare(path: str, source: str, tokenizer, *, column: str, system_prompt: st
     if announce:
         print(f"rlft: {source}: {len(ds)} prompts; {chat_note}", file=sys.stderr, flush=True)
     return fit_lengths(ds, tokenizer, budget, too_long, source, why)
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """What :func:`prepare` takes besides the tokenizer, as plain values: a stage gathers them from its config
+    before the tokenizer loads, then :meth:`prepare` makes the prompts (a :class:`DataError` for bad data)."""
+
+    path: str
+    source: str
+    column: str
+    system_prompt: str | None
+    max_samples: int | None
+    reward_columns: Mapping[str, Iterable[str]]
+    chat_template: str
+    model: str
+    budget: int
+    too_long: str
+    why: str = ""
+    announce: bool = False
+
+    def prepare(self, tokenizer) -> Dataset:
+        return prepare(self.path, self.source, tokenizer, column=self.column, system_prompt=self.system_prompt,
+                       max_samples=self.max_samples, reward_columns=self.reward_columns,
+                       chat_template=self.chat_template, model=self.model, budget=self.budget,
+                       too_long=self.too_long, why=self.why, announce=self.announce)
+
+
+def first_rows(ds: Dataset, k: int) -> list[dict]:
+    """The first ``k`` rows of ``ds`` (all of them when it has fewer), as dicts; [] when ``k`` is 0."""
+    return ds.select(range(min(k, len(ds)))).to_list() if k else []

@@ -51,17 +51,15 @@ def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
     """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
     from trl import SFTConfig
 
-    from rlft.models.hardware import common_training_args
     from rlft.stages.common.trl_config import build_trl_config
 
     for key in ("packing", "padding_free"):
         if cfg.trl.get(key):
             raise RunError(f"trl.{key}: not supported by stage {cfg.stage}: its samples are trained one sequence "
                            f"at a time (AWR weighs each one)")
-    args = common_training_args(cfg, output_dir)
-    args.update(max_length=cfg.train.max_seq_length, completion_only_loss=None)  # None: TRL's prompt/completion rule
+    args = dict(max_length=cfg.train.max_seq_length, completion_only_loss=None)  # None: TRL's prompt/completion rule
     args.update(cfg.trl)
-    return build_trl_config(SFTConfig, args, cfg, composed)
+    return build_trl_config(SFTConfig, cfg, output_dir, args, composed)
 
 
 def round_metrics_callback(metrics: dict, step_offset: int):

@@ -84,21 +84,35 @@ def check_reward_columns(ds, suite, source: str = "data.train") -> None:
         raise RunError(str(exc)) from None
 
 
-def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
-    """Load and check the prompts of data.<key>; raises RunError (exit 2) before any run folder exists."""
-    from rlft.data import DataError
-    from rlft.data.prompt_set import prepare
+def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
+    """The plain values data.<key>'s prompts are prepared with (rlft.data.prompt_set.PromptSet), gathered from the
+    config before the tokenizer loads; `.prepare(tokenizer)` loads and checks them (its DataError: a RunError,
+    exit 2, before any run folder exists, as `prepare_prompt_data` raises it)."""
+    from rlft.data.prompt_set import PromptSet
 
     needs = reward_columns(suite)
     budget = prompt_budget(cfg)
     why = (f" (train.max_seq_length {cfg.train.max_seq_length} minus {_section(cfg)}.max_tokens "
            f"{completion_budget(cfg)} for the completion)")
     announce = key == "train" and int(os.environ.get("RANK", "0")) == 0  # the start line, once
+    return PromptSet(getattr(cfg.data, key), f"data.{key}", column=cfg.data.prompt_column,
+                     system_prompt=cfg.data.system_prompt, max_samples=_max_samples(cfg, key), reward_columns=needs,
+                     chat_template=cfg.data.chat_template, model=cfg.model.name_or_path, budget=budget,
+                     too_long=cfg.data.too_long, why=why, announce=announce)
+
+
+def eval_prompt_set(cfg: RlftConfig, suite):
+    """data.eval's prompt set when the evaluation prompts come from it (data.eval set, data.eval_prompts not 0),
+    else None (`eval_rows` then takes data.train's first rows, or none)."""
+    return prompt_set(cfg, suite, "eval") if cfg.data.eval and cfg.data.eval_prompts else None
+
+
+def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
+    """Load and check the prompts of data.<key>; raises RunError (exit 2) before any run folder exists."""
+    from rlft.data import DataError
+
     try:
-        return prepare(getattr(cfg.data, key), f"data.{key}", tokenizer, column=cfg.data.prompt_column,
-                       system_prompt=cfg.data.system_prompt, max_samples=_max_samples(cfg, key),
-                       reward_columns=needs, chat_template=cfg.data.chat_template, model=cfg.model.name_or_path,
-                       budget=budget, too_long=cfg.data.too_long, why=why, announce=announce)
+        return prompt_set(cfg, suite, key).prepare(tokenizer)
     except DataError as exc:
         raise RunError(str(exc)) from None
 
@@ -106,11 +120,13 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
 def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
     """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
     data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+    from rlft.data.prompt_set import first_rows
+
     k = cfg.data.eval_prompts
     if not k:
         return []
     ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
-    return ds.select(range(min(k, len(ds)))).to_list()
+    return first_rows(ds, k)
 
 
 def eval_reward_suite(cfg: RlftConfig, composed):

@@ -3,26 +3,19 @@ errors: the key the user set (or the rlft key that maps onto TRL's option) and i
 
 from __future__ import annotations
 
-import re
-
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import RlftConfig
-from rlft.config.trl_fields import modeled_by_rlft
+from rlft.config.trl_fields import rlft_keys_in
 
 
-def rlft_keys_in(message: str, args: dict, cfg: RlftConfig) -> list[str]:
-    """The rlft keys behind the TRL options a TRL error message names: `trl.X` for passthrough
-    options first (the likeliest culprit), then the rlft keys mapped onto TRL's options."""
-    modeled = modeled_by_rlft(cfg.stage)
-    named = [k for k in sorted(args, key=len, reverse=True) if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", message)]
-    passthrough = [f"trl.{k}" for k in named if k in cfg.trl]
-    mapped = [modeled[k] for k in named if k not in cfg.trl and k in modeled]
-    return list(dict.fromkeys(passthrough + mapped))
+def build_trl_config(config_cls, cfg: RlftConfig, output_dir: str, stage_args: dict, composed: Composed | None = None):
+    """`config_cls(**args)`: the arguments every trainer shares (rlft.models.hardware) under the stage's own
+    `stage_args` (its `trl:` passthrough last); a ValueError/TypeError from TRL becomes a ConfigError naming the key."""
+    from rlft.models.hardware import common_training_args
 
-
-def build_trl_config(config_cls, args: dict, cfg: RlftConfig, composed: Composed | None = None):
-    """`config_cls(**args)`; a ValueError/TypeError from TRL becomes a ConfigError naming the key."""
+    args = common_training_args(cfg, output_dir)
+    args.update(stage_args)
     try:
         return config_cls(**args)
     except (ValueError, TypeError) as exc:

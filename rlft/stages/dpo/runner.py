@@ -40,16 +40,14 @@ def dpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None =
     """
     from trl import DPOConfig as TRLDPOConfig
 
-    from rlft.models.hardware import common_training_args
     from rlft.stages.common.preference import eval_args, max_length
     from rlft.stages.common.trl_config import build_trl_config
 
     d = cfg.dpo
-    args = common_training_args(cfg, output_dir)
-    args.update(beta=d.beta, max_length=max_length(cfg, d.max_length), **dpo_loss_args(d))
+    args = dict(beta=d.beta, max_length=max_length(cfg, d.max_length), **dpo_loss_args(d))
     args.update(eval_args(cfg))
     args.update(cfg.trl)
-    return build_trl_config(TRLDPOConfig, args, cfg, composed)
+    return build_trl_config(TRLDPOConfig, cfg, output_dir, args, composed)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:

@@ -1,6 +1,6 @@
 """GRPO recipe: tiny-to-large causal LM, LoRA, reward functions, TRL's GRPOTrainer + rlft's hooks.
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): TRL settings, rewards, tokenizer,
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, TRL settings, tokenizer,
 prompts and eval prompts checked (before the run folder) -> policy (+ KL reference) -> trainer -> eval.start ->
 train, with the periodic eval (final adapter) -> eval.end. With `env.name` set: the multi-turn recipe (episodes.py).
 """
@@ -12,7 +12,7 @@ from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import CallEvaluator, Stage, run_stage
-from rlft.stages.common.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
+from rlft.stages.common.prompt_data import eval_prompt_set, eval_reward_suite, prompt_set, reward_suite
 from rlft.stages.grpo.layout import eval_every, grpo_batch_layout  # noqa: F401 - re-exported
 
 
@@ -39,12 +39,11 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     """The one place rlft keys become a trl.GRPOConfig; `trl:` passthrough options go last."""
     from trl import GRPOConfig
 
-    from rlft.models.hardware import common_training_args
+    from rlft.algos import loss_settings
     from rlft.stages.common.trl_config import build_trl_config
 
     g = cfg.grpo
-    args = common_training_args(cfg, output_dir)
-    args.update(grpo_batch_layout(cfg, num_processes))
+    args = grpo_batch_layout(cfg, num_processes)
     args.update(
         num_iterations=g.ppo_epochs,
         temperature=g.temperature,
@@ -58,11 +57,9 @@ def grpo_trl_config(cfg: RlftConfig, output_dir: str, num_processes: int = 1, co
     )
     if g.generation_backend == "vllm":  # TRL's own vLLM path, LoRA weights synced to vLLM every step
         args.update(use_vllm=True, vllm_mode=g.vllm_mode)
-    from rlft.algos import loss_settings
-
     args.update(trl_loss_args(loss_settings(g)), mask_truncated_completions=g.mask_truncated)
     args.update(cfg.trl)
-    return build_trl_config(GRPOConfig, args, cfg, composed)
+    return build_trl_config(GRPOConfig, cfg, output_dir, args, composed)
 
 
 TRL_EXTRA_KWARGS = {"trainer_state", "log_extra", "log_metric", "environments", "completion_ids"}
@@ -97,22 +94,31 @@ class GRPOStage(Stage):
     """Single-turn GRPO's parts of the run lifecycle (rlft.runtime.lifecycle has the order)."""
 
     def check_inputs(self) -> None:
-        """TRL's objections to the settings, rewards, tokenizer, prompts and eval prompts: before the run folder,
-        so a bad input leaves nothing behind (fix the config, rerun as is)."""
+        """Rewards, TRL's objections to the settings, tokenizer, prompts and eval prompts: before the run folder, so
+        a bad input leaves nothing behind (fix the config, rerun as is). The prompts' settings are gathered from the
+        config first, then each part is made in turn."""
         import os
 
+        from rlft.data import DataError
+        from rlft.data.prompt_set import first_rows
         from rlft.models.loading import load_policy_tokenizer
 
         cfg = self.cfg
-        grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
         self.suite = reward_suite(cfg, self.composed)
+        train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
+        grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
         self.tokenizer = load_policy_tokenizer(cfg)
-        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
-        if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
-            raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
-                           f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples "
-                           f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
-        self.evals = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)  # data.eval checked like data.train
+        try:  # the data's problems: exit 2, as the other inputs'
+            self.dataset = train.prepare(self.tokenizer)
+            if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
+                raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
+                               f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO "
+                               f"samples whole batches only, so no step would ever run; lower grpo.batch_size or add "
+                               f"data")
+            # data.eval checked like data.train (or data.train's first rows without it)
+            self.evals = first_rows(evals.prepare(self.tokenizer) if evals else self.dataset, cfg.data.eval_prompts)
+        except DataError as exc:
+            raise RunError(str(exc)) from None
 
     def build(self, ctx) -> None:
         """The policy (and the KL reference), then the trainer: synchronous, streaming or asynchronous."""
@@ -137,9 +143,10 @@ class GRPOStage(Stage):
         )
 
     def evaluator(self, ctx):
+        every = eval_every(self.cfg)
         evaluation = grpo_evaluation(self.cfg, self.evals, self.tokenizer, self.suite, ctx.run.eval_completions,
                                      eval_reward_suite(self.cfg, self.composed))
-        return None if evaluation is None else CallEvaluator(evaluation, eval_every(self.cfg))
+        return None if evaluation is None else CallEvaluator(evaluation, every)
 
     def resumed_eval_start(self, ctx) -> dict | None:
         # on --resume the start was measured before the first checkpoint and travels in it

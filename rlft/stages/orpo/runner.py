@@ -20,18 +20,16 @@ def orpo_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None 
     `orpo.max_prompt_length` has no TRL 1.16 field: RlftORPOTrainer applies it (see
     rlft.trainers.orpo_compat).
     """
-    from rlft.models.hardware import common_training_args
     from rlft.stages.common.preference import eval_args, max_length
     from rlft.stages.common.trl_config import build_trl_config
     from rlft.trainers.orpo_compat import ORPOConfig
 
     o = cfg.orpo
-    args = common_training_args(cfg, output_dir)
     # TRL's ORPO collator needs the raw columns; it would switch this off itself, with a warning
-    args.update(beta=o.beta, max_length=max_length(cfg, o.max_length), remove_unused_columns=False)
+    args = dict(beta=o.beta, max_length=max_length(cfg, o.max_length), remove_unused_columns=False)
     args.update(eval_args(cfg))
     args.update(cfg.trl)
-    return build_trl_config(ORPOConfig, args, cfg, composed)
+    return build_trl_config(ORPOConfig, cfg, output_dir, args, composed)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:

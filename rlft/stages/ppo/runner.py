@@ -1,9 +1,10 @@
 """PPO recipe: causal LM + LoRA with a value head on the same backbone, reward functions, rlft's
 own PPO trainer (TRL 1.x has none).
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, tokenizer, then the env's
-tasks or the prompts and eval prompts checked (before the run folder) -> policy with a value head (+ KL reference)
--> trainer -> eval.start -> train, with the periodic eval (final adapter + value_head.safetensors) -> eval.end.
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, then the env's tasks and the
+tokenizer, or the tokenizer, prompts and eval prompts checked (before the run folder) -> policy with a value head
+(+ KL reference) -> trainer -> eval.start -> train, with the periodic eval (final adapter + value_head.safetensors)
+-> eval.end.
 """
 
 from __future__ import annotations
@@ -35,18 +36,6 @@ def training_arguments(cfg: RlftConfig, output_dir: str):
     return TrainingArguments(**args)
 
 
-def ppo_evaluation(cfg: RlftConfig, dataset, tokenizer, suite, completions=None, extra_suite=None):
-    """`(policy, step=None) -> {"reward_mean", ...}`: fresh samples per evaluation prompt (`eval:` over PPO's
-    defaults: one sample at PPO's sampling settings) through the same code as GRPO's eval, or None when
-    data.eval_prompts is 0; with a step the samples go to `completions`."""
-    from rlft.rollout import stage_evaluation
-    from rlft.stages.common.prompt_data import eval_rows
-
-    rows = eval_rows(cfg, dataset, tokenizer, suite)  # data.eval checked like the training prompts
-    return stage_evaluation(cfg, rows, tokenizer, suite, ppo_eval_defaults(cfg), cfg.ppo.batch_size, completions,
-                            extra_suite, skip_columns=("prompt", "prompt_id"))
-
-
 def ppo_eval_defaults(cfg: RlftConfig):
     """PPO's own eval settings (what `eval:` keys left null keep): one sample per prompt, as PPO samples."""
     from rlft.config.eval_sampling import EvalSettings
@@ -64,25 +53,38 @@ class PPOStage(LoopStage):
     eval parts PPO shares with GRPO over episodes)."""
 
     def check_inputs(self) -> None:
-        """Rewards, tokenizer, then the environment's tasks or the prompts and eval prompts: before the run folder,
-        so a bad input leaves nothing behind."""
+        """Rewards, then the environment's tasks, or the prompts' and eval prompts' settings, then the tokenizer and
+        the prompts themselves: before the run folder, so a bad input leaves nothing behind. The evaluation samples
+        fresh completions per evaluation prompt (`eval:` over PPO's defaults: one sample at PPO's sampling settings)
+        through the same code as GRPO's eval, or is None when data.eval_prompts is 0."""
+        from rlft.data import DataError
+        from rlft.data.prompt_set import first_rows
+        from rlft.errors import RunError
         from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.common.prompt_data import eval_reward_suite, prepare_prompt_data, reward_suite
+        from rlft.rollout import stage_evaluation
+        from rlft.stages.common.prompt_data import eval_prompt_set, eval_reward_suite, prompt_set, reward_suite
 
         cfg = self.cfg
         self.suite = None  # with an environment the env's step rewards are the rewards
         if not cfg.env.name or cfg.rewards:
             self.suite = reward_suite(cfg, self.composed)
-        self.tokenizer = load_policy_tokenizer(cfg)
         self.env_factory = self.env_guard = self.evaluation = None
         self.train_rows = self.evals = []
         if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
             self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
-        else:
-            dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
-            self.train_rows = dataset.to_list()
-            self.evaluation = ppo_evaluation(cfg, dataset, self.tokenizer, self.suite,
-                                             extra_suite=eval_reward_suite(cfg, self.composed))
+            self.tokenizer = load_policy_tokenizer(cfg)
+            return
+        train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
+        defaults, extra_suite = ppo_eval_defaults(cfg), eval_reward_suite(cfg, self.composed)
+        self.tokenizer = load_policy_tokenizer(cfg)
+        try:  # the data's problems: exit 2, as the other inputs'
+            dataset = train.prepare(self.tokenizer)
+            rows = first_rows(evals.prepare(self.tokenizer) if evals else dataset, cfg.data.eval_prompts)
+        except DataError as exc:
+            raise RunError(str(exc)) from None
+        self.train_rows = dataset.to_list()
+        self.evaluation = stage_evaluation(cfg, rows, self.tokenizer, self.suite, defaults, cfg.ppo.batch_size,
+                                           extra_suite=extra_suite, skip_columns=("prompt", "prompt_id"))
 
     def build(self, ctx) -> None:
         """The interrupt hooks, the policy with its value head (and the KL reference), the schedule line, then the
