@@ -91,8 +91,8 @@ def trainer_config_fields(stage: str) -> frozenset[str] | None:
 
 def rlft_keys_in(message: str, args: dict, cfg) -> list[str]:
     """The rlft keys behind the TRL options a TRL error message names (`args`: the options given, `cfg`: the
-    RlftConfig): `trl.X` for passthrough
-    options first (the likeliest culprit), then the rlft keys mapped onto TRL's options."""
+    RlftConfig): `trl.X` for passthrough options first (the likeliest culprit), then the rlft keys mapped onto
+    TRL's options."""
     modeled = modeled_by_rlft(cfg.stage)
     named = [k for k in sorted(args, key=len, reverse=True) if re.search(rf"(?<![\w.]){re.escape(k)}(?!\w)", message)]
     passthrough = [f"trl.{k}" for k in named if k in cfg.trl]

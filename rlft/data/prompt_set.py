@@ -1,4 +1,4 @@
-"""A sampling stage's prompt set, from the file to the prompts it samples from, in one call (:func:`prepare`):
+"""A sampling stage's prompt set, from the file to the prompts it samples from, in one call (:meth:`PromptSet.prepare`):
 loaded and checked, the columns the rewards read present, plain text turned into chat messages per
 ``data.chat_template``, and every prompt fitted into the token budget (``data.too_long``). It takes plain values
 (the stage gathers them from its config) and raises :class:`DataError`; only the length check needs a tokenizer.
@@ -17,7 +17,7 @@ from rlft.data.prompts import prepare_prompt_dataset
 if TYPE_CHECKING:
     from datasets import Dataset
 
-__all__ = ["load_prompts", "check_reward_columns", "as_chat", "fit_lengths", "prepare", "PromptSet", "first_rows"]
+__all__ = ["load_prompts", "check_reward_columns", "as_chat", "fit_lengths", "PromptSet", "first_rows"]
 
 
 def load_prompts(path: str, column: str, source: str, *, system_prompt: str | None = None,
@@ -132,28 +132,10 @@ def fit_lengths(ds: Dataset, tokenizer, budget: int, too_long: str, source: str,
     return ds
 
 
-def prepare(path: str, source: str, tokenizer, *, column: str, system_prompt: str | None, max_samples: int | None,
-            reward_columns: Mapping[str, Iterable[str]], chat_template: str, model: str, budget: int, too_long: str,
-            why: str = "", announce: bool = False) -> Dataset:
-    """The prompts of ``path`` ready to sample from, in one go: loaded and checked (:func:`load_prompts`), the
-    columns the rewards read present (:func:`check_reward_columns`), plain text turned into chat messages per
-    ``chat_template`` (:func:`as_chat`; the start line ``rlft: <source>: N prompts; ...`` on stderr with
-    ``announce``), and every prompt fitted into ``budget`` tokens (:func:`fit_lengths`). Every problem is a
-    :class:`DataError`."""
-    import sys
-
-    ds = load_prompts(path, column, source, system_prompt=system_prompt, max_samples=max_samples)
-    check_reward_columns(ds, reward_columns, source)
-    ds, chat_note = as_chat(ds, chat_template, bool(getattr(tokenizer, "chat_template", None)), model)
-    if announce:
-        print(f"rlft: {source}: {len(ds)} prompts; {chat_note}", file=sys.stderr, flush=True)
-    return fit_lengths(ds, tokenizer, budget, too_long, source, why)
-
-
 @dataclass(frozen=True)
 class PromptSet:
-    """What :func:`prepare` takes besides the tokenizer, as plain values: a stage gathers them from its config
-    before the tokenizer loads, then :meth:`prepare` makes the prompts (a :class:`DataError` for bad data)."""
+    """A prompt set as plain values (a stage gathers them from its config before the tokenizer loads);
+    :meth:`prepare` makes the prompts (a :class:`DataError` for bad data)."""
 
     path: str
     source: str
@@ -169,10 +151,19 @@ class PromptSet:
     announce: bool = False
 
     def prepare(self, tokenizer) -> Dataset:
-        return prepare(self.path, self.source, tokenizer, column=self.column, system_prompt=self.system_prompt,
-                       max_samples=self.max_samples, reward_columns=self.reward_columns,
-                       chat_template=self.chat_template, model=self.model, budget=self.budget,
-                       too_long=self.too_long, why=self.why, announce=self.announce)
+        """The prompts ready to sample from, in one go: loaded and checked (:func:`load_prompts`), the columns the
+        rewards read present (:func:`check_reward_columns`), plain text turned into chat messages per
+        ``chat_template`` (:func:`as_chat`; the start line ``rlft: <source>: N prompts; ...`` on stderr with
+        ``announce``), and every prompt fitted into ``budget`` tokens (:func:`fit_lengths`)."""
+        import sys
+
+        ds = load_prompts(self.path, self.column, self.source, system_prompt=self.system_prompt,
+                          max_samples=self.max_samples)
+        check_reward_columns(ds, self.reward_columns, self.source)
+        ds, chat_note = as_chat(ds, self.chat_template, bool(getattr(tokenizer, "chat_template", None)), self.model)
+        if self.announce:
+            print(f"rlft: {self.source}: {len(ds)} prompts; {chat_note}", file=sys.stderr, flush=True)
+        return fit_lengths(ds, tokenizer, self.budget, self.too_long, self.source, self.why)
 
 
 def first_rows(ds: Dataset, k: int) -> list[dict]:

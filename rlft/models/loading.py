@@ -47,20 +47,15 @@ def load_policy(cfg: RlftConfig):
 
 def load_policy_tokenizer(cfg: RlftConfig):
     """The tokenizer of the policy: the base model's (`tiny` built on demand), or the one an init_from run saved with
-    its model; a pad token set (eos when it has none) and data.chat_template_kwargs bound to its chat template. Its
-    folder is worked out first, then the tokenizer loaded."""
+    its model; a pad token set (eos when it has none) and data.chat_template_kwargs bound to its chat template."""
     from transformers import AutoTokenizer
 
     from rlft.config.init_from import init_run
     from rlft.data.chat import bind_template_kwargs
 
     init = init_run(cfg.model)
-    path = cfg.model.name_or_path if init is None else str(init.final)
-    if path == "tiny":
-        from rlft.tiny import ensure_tiny_model
-
-        path = str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
     try:  # the tokenizer loads first in every stage: a bad name fails here, in a second, as one line
+        path = resolve_model_path(cfg) if init is None else str(init.final)
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         if init is not None:  # the earlier run's own tokenizer: its error as it is

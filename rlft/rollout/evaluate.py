@@ -1,6 +1,6 @@
 """Fresh-sample evaluation: the mean total reward of new samples on the evaluation prompts, from the
 starting and from the final policy with the same seed (summary.json's `eval.start` / `eval.end`). The
-evaluation rows come from `rlft.stages.common.prompt_data.eval_rows` (checked like the training prompts).
+evaluation rows come from `rlft.stages.common.prompt_data.prepare_prompts` (checked like the training prompts).
 
 In a multi-process run every rank calls `evaluate` and samples its share of the prompts (rlft.rollout.split):
 the numbers are the same for any number of processes."""

@@ -263,7 +263,8 @@ class SampledSFT(Stage):
     def check_inputs(self) -> None:
         """TRL's objections, rewards, tokenizer and checked prompt data, before the run folder exists (exit 2)."""
         from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.common.prompt_data import eval_reward_suite, eval_rows, prepare_prompt_data, reward_suite
+        from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts,
+                                                    prompt_set, reward_suite)
 
         cfg = self.cfg
         sft_trl_config(cfg, cfg.train.output_dir or ".", self.composed)
@@ -271,8 +272,8 @@ class SampledSFT(Stage):
         self.eval_suite = eval_reward_suite(cfg, self.composed)  # eval.rewards: scored on eval samples only
         self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         self.tokenizer = load_policy_tokenizer(cfg)
-        self.dataset = prepare_prompt_data(cfg, self.tokenizer, self.suite)
-        rows = eval_rows(cfg, self.dataset, self.tokenizer, self.suite)
+        self.dataset, rows = prepare_prompts(cfg, self.tokenizer, prompt_set(cfg, self.suite),
+                                             eval_prompt_set(cfg, self.suite))
         self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
             if rows else None
 

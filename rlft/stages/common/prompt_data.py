@@ -87,7 +87,7 @@ def check_reward_columns(ds, suite, source: str = "data.train") -> None:
 def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
     """The plain values data.<key>'s prompts are prepared with (rlft.data.prompt_set.PromptSet), gathered from the
     config before the tokenizer loads; `.prepare(tokenizer)` loads and checks them (its DataError: a RunError,
-    exit 2, before any run folder exists, as `prepare_prompt_data` raises it)."""
+    exit 2, before any run folder exists, through `prepare_prompts`)."""
     from rlft.data.prompt_set import PromptSet
 
     needs = reward_columns(suite)
@@ -103,7 +103,7 @@ def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
 
 def eval_prompt_set(cfg: RlftConfig, suite):
     """data.eval's prompt set when the evaluation prompts come from it (data.eval set, data.eval_prompts not 0),
-    else None (`eval_rows` then takes data.train's first rows, or none)."""
+    else None (`prepare_prompts` then takes data.train's first rows, or none)."""
     return prompt_set(cfg, suite, "eval") if cfg.data.eval and cfg.data.eval_prompts else None
 
 
@@ -117,16 +117,19 @@ def prepare_prompt_data(cfg: RlftConfig, tokenizer, suite, key: str = "train"):
         raise RunError(str(exc)) from None
 
 
-def eval_rows(cfg: RlftConfig, train_ds, tokenizer, suite) -> list[dict]:
-    """The evaluation prompts of summary.json's eval.start / eval.end: the first data.eval_prompts rows of
-    data.eval (checked like the training data), or of data.train without it; [] when eval_prompts is 0."""
+def prepare_prompts(cfg: RlftConfig, tokenizer, train, evals) -> tuple:
+    """(training prompts, evaluation rows) from the sets `prompt_set` and `eval_prompt_set` gathered: the rows of
+    summary.json's eval.start / eval.end are the first data.eval_prompts rows of data.eval (checked like the
+    training data), or of data.train without it ([] when eval_prompts is 0). Bad data: RunError (exit 2), before
+    any run folder exists."""
+    from rlft.data import DataError
     from rlft.data.prompt_set import first_rows
 
-    k = cfg.data.eval_prompts
-    if not k:
-        return []
-    ds = prepare_prompt_data(cfg, tokenizer, suite, "eval") if cfg.data.eval else train_ds
-    return first_rows(ds, k)
+    try:
+        ds = train.prepare(tokenizer)
+        return ds, first_rows(evals.prepare(tokenizer) if evals else ds, cfg.data.eval_prompts)
+    except DataError as exc:
+        raise RunError(str(exc)) from None
 
 
 def eval_reward_suite(cfg: RlftConfig, composed):

@@ -12,7 +12,8 @@ from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import CallEvaluator, Stage, run_stage
-from rlft.stages.common.prompt_data import eval_prompt_set, eval_reward_suite, prompt_set, reward_suite
+from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts, prompt_set,
+                                            reward_suite)
 from rlft.stages.grpo.layout import eval_every, grpo_batch_layout  # noqa: F401 - re-exported
 
 
@@ -99,8 +100,6 @@ class GRPOStage(Stage):
         config first, then each part is made in turn."""
         import os
 
-        from rlft.data import DataError
-        from rlft.data.prompt_set import first_rows
         from rlft.models.loading import load_policy_tokenizer
 
         cfg = self.cfg
@@ -108,17 +107,11 @@ class GRPOStage(Stage):
         train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
         grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
         self.tokenizer = load_policy_tokenizer(cfg)
-        try:  # the data's problems: exit 2, as the other inputs'
-            self.dataset = train.prepare(self.tokenizer)
-            if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
-                raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
-                               f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO "
-                               f"samples whole batches only, so no step would ever run; lower grpo.batch_size or add "
-                               f"data")
-            # data.eval checked like data.train (or data.train's first rows without it)
-            self.evals = first_rows(evals.prepare(self.tokenizer) if evals else self.dataset, cfg.data.eval_prompts)
-        except DataError as exc:
-            raise RunError(str(exc)) from None
+        self.dataset, self.evals = prepare_prompts(cfg, self.tokenizer, train, evals)
+        if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
+            raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
+                           f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples "
+                           f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
 
     def build(self, ctx) -> None:
         """The policy (and the KL reference), then the trainer: synchronous, streaming or asynchronous."""

@@ -57,12 +57,10 @@ class PPOStage(LoopStage):
         the prompts themselves: before the run folder, so a bad input leaves nothing behind. The evaluation samples
         fresh completions per evaluation prompt (`eval:` over PPO's defaults: one sample at PPO's sampling settings)
         through the same code as GRPO's eval, or is None when data.eval_prompts is 0."""
-        from rlft.data import DataError
-        from rlft.data.prompt_set import first_rows
-        from rlft.errors import RunError
         from rlft.models.loading import load_policy_tokenizer
         from rlft.rollout import stage_evaluation
-        from rlft.stages.common.prompt_data import eval_prompt_set, eval_reward_suite, prompt_set, reward_suite
+        from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts,
+                                                    prompt_set, reward_suite)
 
         cfg = self.cfg
         self.suite = None  # with an environment the env's step rewards are the rewards
@@ -77,11 +75,7 @@ class PPOStage(LoopStage):
         train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
         defaults, extra_suite = ppo_eval_defaults(cfg), eval_reward_suite(cfg, self.composed)
         self.tokenizer = load_policy_tokenizer(cfg)
-        try:  # the data's problems: exit 2, as the other inputs'
-            dataset = train.prepare(self.tokenizer)
-            rows = first_rows(evals.prepare(self.tokenizer) if evals else dataset, cfg.data.eval_prompts)
-        except DataError as exc:
-            raise RunError(str(exc)) from None
+        dataset, rows = prepare_prompts(cfg, self.tokenizer, train, evals)
         self.train_rows = dataset.to_list()
         self.evaluation = stage_evaluation(cfg, rows, self.tokenizer, self.suite, defaults, cfg.ppo.batch_size,
                                            extra_suite=extra_suite, skip_columns=("prompt", "prompt_id"))
