@@ -275,3 +275,39 @@ def test_a_warmup_loss_is_the_value_term_alone():
     assert float(warm) == pytest.approx(0.5 * m_full["value_loss"])
     assert m_warm == m_full  # the policy terms are still reported
     assert float(full) != pytest.approx(float(warm))
+
+
+def test_advantage_norms_worked_numbers():
+    from rlft.algos import normalize_gae_advantages
+
+    adv, mask = T([[1.0, 2.0, 6.0, 9.0]]), T([[1, 1, 1, 0]])  # mean 3, deviations -2, -1, 3, variance 14 / 2 = 7
+    sd = math.sqrt(7)
+    assert normalize_gae_advantages(adv, mask, "whiten").tolist()[0] == pytest.approx([-2 / sd, -1 / sd, 3 / sd, 0.0])
+    assert torch.equal(normalize_gae_advantages(adv, mask, "whiten"), masked_whiten(adv, mask))  # today's numbers
+    assert normalize_gae_advantages(adv, mask, "center").tolist()[0] == [-2.0, -1.0, 3.0, 0.0]
+    assert normalize_gae_advantages(adv, mask, "none").tolist()[0] == [1.0, 2.0, 6.0, 0.0]
+    # several processes: center subtracts the global batch's mean ({1, 2, 6} and {3, 8}: 20 / 5 = 4)
+    total = masked_moments(adv, mask) + masked_moments(T([[3.0, 8.0]]), T([[1, 1]]))
+    assert normalize_gae_advantages(adv, mask, "center", total).tolist()[0] == [-3.0, -2.0, 2.0, 0.0]
+    with pytest.raises(ValueError, match="whiten, center, none"):
+        normalize_gae_advantages(adv, mask, "scale")
+
+
+def test_gae_estimator_advantage_norm_none_and_center():
+    from rlft.algos import masked_mean
+
+    rewards = T([[0.0, 1.0, 0.5], [0.0, 2.0, 0.0]])
+    values = T([[0.1, 0.2, 0.0], [0.3, 0.1, 0.0]])
+    mask = T([[1, 1, 1], [1, 1, 0]])
+    raw, ret = gae(rewards, values, mask, 0.9, 0.8)
+    gae_adv = ADVANTAGE_ESTIMATORS.get("gae")
+    kw = dict(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=0.9, lam=0.8)
+    none, ret_none = gae_adv(norm="none", **kw)
+    assert torch.equal(none, raw) and torch.equal(ret_none, ret)  # the returns never change with the norm
+    centred, _ = gae_adv(norm="center", **kw)
+    assert torch.allclose(centred, (raw - masked_mean(raw, mask)) * mask)
+    assert abs(float(masked_mean(centred, mask))) < 1e-6
+    assert torch.equal(gae_adv(**kw)[0], gae_adv(norm="whiten", **kw)[0])  # whiten is the default
+    calls = []
+    gae_adv(norm="none", sum_over_processes=lambda t: calls.append(t) or t, **kw)
+    assert not calls  # no moments to gather for raw advantages

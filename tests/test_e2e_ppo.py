@@ -159,3 +159,21 @@ def test_early_stop_kl_through_the_cli(tmp_path):
     assert len(rows) == 2 and all(r["early_stop"] == 0.75 for r in rows), rows
     bad = run_cli("validate-config", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, "ppo.early_stop_kl=0")
     assert bad.returncode == 2 and "ppo.early_stop_kl" in bad.stderr + bad.stdout
+
+
+def test_advantage_norm_none_keeps_the_raw_advantages(tmp_path):
+    """ppo.advantage_norm: `whiten` (the default) logs advantages of mean ≈ 0 and std ≈ 1; `none` the raw GAE
+    advantages, whose spread is the returns' (the demo's rewards are fractions, far below 1)."""
+    stds = {}
+    for norm in ("whiten", "none"):
+        out = tmp_path / norm
+        res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                      "ppo.num_episodes=32", f"ppo.advantage_norm={norm}")
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+        assert len(rows) == 2
+        stds[norm] = [r["advantage_std"] for r in rows]
+        if norm == "whiten":
+            assert all(abs(r["advantage_mean"]) < 1e-4 for r in rows), rows
+    assert all(abs(s - 1) < 0.05 for s in stds["whiten"]), stds
+    assert all(abs(s - 1) > 0.3 for s in stds["none"]), stds

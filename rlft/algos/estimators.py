@@ -18,7 +18,7 @@ from typing import Callable
 from torch import Tensor
 
 from rlft.algos.advantages import episode_group_advantages
-from rlft.algos.ppo import gae, masked_moments, masked_whiten
+from rlft.algos.ppo import gae, masked_moments, normalize_gae_advantages
 from rlft.algos.registry import Registry
 
 AdvantageEstimator = Callable[..., tuple]
@@ -28,15 +28,19 @@ ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimat
 
 @ADVANTAGE_ESTIMATORS.register("gae")
 def gae_advantages(*, rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float, lam: float,
-                   sum_over_processes: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor]:
-    """GAE(gamma, lambda) over action tokens, the advantages whitened over the batch (returns are not).
+                   sum_over_processes: Callable[[Tensor], Tensor] | None = None,
+                   norm: str = "whiten") -> tuple[Tensor, Tensor]:
+    """GAE(gamma, lambda) over action tokens, the advantages normalised over the batch by `norm` (`whiten`,
+    `center` or `none`: rlft.algos.ppo.normalize_gae_advantages; returns are not).
 
     `sum_over_processes` (a tensor -> its sum over the processes of a multi-process run, e.g. an all-reduce):
-    the whitening's mean and variance are then the global batch's (`masked_moments` summed), as verl whitens;
+    the normalisation's mean and variance are then the global batch's (`masked_moments` summed), as verl whitens;
     None = this batch's own, computed exactly as for a single process."""
     adv_BT, returns_BT = gae(rewards_BT, values_BT, mask_BT, gamma, lam)
-    moments = None if sum_over_processes is None else sum_over_processes(masked_moments(adv_BT, mask_BT))
-    return masked_whiten(adv_BT, mask_BT, moments=moments), returns_BT
+    moments = None
+    if sum_over_processes is not None and norm != "none":  # every rank takes part, or none does
+        moments = sum_over_processes(masked_moments(adv_BT, mask_BT))
+    return normalize_gae_advantages(adv_BT, mask_BT, norm, moments), returns_BT
 
 
 @ADVANTAGE_ESTIMATORS.register("episode_returns")

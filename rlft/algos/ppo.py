@@ -79,6 +79,26 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     return out * m
 
 
+ADVANTAGE_NORMS = ("whiten", "center", "none")
+
+
+def normalize_gae_advantages(adv: Tensor, mask: Tensor, norm: str = "whiten",
+                             moments: Tensor | None = None) -> Tensor:
+    """GAE's advantages by `norm` (`ppo.advantage_norm`), masked-out entries 0: `whiten` = (A - mean) / std,
+    `center` = A - mean, `none` = A as it is. Why not always whiten: when a good policy's returns are nearly
+    constant, whitening scales whatever noise is left to unit size. `moments`: as `masked_whiten`'s (the global
+    batch's mean, and std, summed over processes); None = over ``adv`` alone."""
+    if norm == "whiten":
+        return masked_whiten(adv, mask, moments=moments)
+    m = mask.to(adv.dtype)
+    if norm == "center":
+        mean = masked_mean(adv, m) if moments is None else moments_mean_var(moments)[0].to(adv.dtype)
+        return (adv - mean) * m
+    if norm == "none":
+        return adv * m
+    raise ValueError(f"unknown advantage normalisation {norm!r}; one of {', '.join(ADVANTAGE_NORMS)}")
+
+
 def last_token_index(mask_BT: Tensor) -> Tensor:
     """Index of each row's last action token (0 for an empty row)."""
     T = mask_BT.shape[1]

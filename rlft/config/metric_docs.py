@@ -187,7 +187,10 @@ STAGE_METRICS: dict[str, dict[str, Doc]] = {
     "ppo": {
         "loss": ("total PPO loss: policy_loss + `vf_coef`·value_loss − `ent_coef`·entropy, mean over the update's "
                  "minibatches", ONE),
-        "advantage_mean": ("mean GAE advantage over action tokens after whitening (≈ 0)", ONE),
+        "advantage_mean": ("mean GAE advantage over action tokens after `ppo.advantage_norm` (≈ 0 with `whiten` "
+                           "and `center`; the raw mean with `none`)", ONE),
+        "advantage_std": ("standard deviation of the GAE advantages over action tokens after `ppo.advantage_norm` "
+                          "(≈ 1 with `whiten`; the raw spread with `center` and `none`), mean over processes", ONE),
     },
     "dpo": {
         "loss": ("TRL's DPO loss (`dpo.loss_type`; sigmoid: −log σ(β·margin)), mean over pairs", ONE),

@@ -14,7 +14,7 @@ from torch import Tensor
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LossSettings, behaviour_weights, discounted_returns, entropy_from_logits,
     explained_variance, grpo_policy_loss, group_advantages, kl_sample_train, loss_settings, masked_mean,
-    masked_moments, ppo_loss, return_scale, shape_rewards, value_bias_from_returns,
+    masked_moments, masked_var, ppo_loss, return_scale, shape_rewards, value_bias_from_returns,
 )
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def mask_truncated(t, batch: PPOBatch) -> dict:
 def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
                    scores_B: Tensor | None) -> None:
     """Rewards on the last (action) token, -kl_coef * kl_t on every one -> GAE over the critic's values,
-    whitened over the whole batch."""
+    normalised over the whole batch by ppo.advantage_norm (whitened by default)."""
     p, episodes, mask = t.cfg.ppo, batch.episodes, batch.mask_BT
     logp_old, values_old, _, logp_old_BTV, weights_BT = learner_logps(t, batch)
     ref = reference_logps(t, batch) if t.algorithm.initial_kl_coef > 0 or t.ref_model is not None else None
@@ -113,10 +113,11 @@ def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
         rewards_BT = rewards_BT / _return_scale(t, rewards_BT, mask)
     if p.value_init == "first_batch_mean" and update == 0:  # a fresh run's first batch (resumes start later)
         values_old = values_old + _init_value_bias(t, rewards_BT, mask)
-    # several processes: whitened over the global batch (the moments summed over them), as verl whitens
+    # several processes: normalised over the global batch (the moments summed over them), as verl whitens
     whole_batch = {"sum_over_processes": t._sum_over_processes} if t.accelerator.num_processes > 1 else {}
     adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(t.algorithm.estimator)(
-        rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam, **whole_batch)
+        rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam,
+        norm=p.advantage_norm, **whole_batch)
     if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
         adv_BT = adv_BT * weights_BT
     batch.logp_old_BT, batch.values_old_BT = logp_old, values_old * mask
@@ -130,6 +131,7 @@ def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
         "kl_coef": t.kl_ctl.value,
         **({"return_scale": t.return_scale} if p.scale_returns else {}),
         "advantage_mean": t._mean(masked_mean(adv_BT, mask)),
+        "advantage_std": t._mean(masked_var(adv_BT, mask, unbiased=False).sqrt()),
         "return_mean": t._mean(masked_mean(returns_BT, mask)),
         "value_mean": t._mean(masked_mean(values_old, mask)),
         "explained_variance": explained_variance(values_old * mask, returns_BT, mask),

@@ -61,6 +61,12 @@ class PPOConfig:
     kl_horizon: Optional[int] = F(None, "Horizon of the adaptive KL controller, in updates: a KL 20% or more off "
                                         "target moves the coefficient by up to 22% per horizon. null = a tenth of the "
                                         "run's updates, so it acts within the run.", ge=1)
+    advantage_norm: str = F("whiten", "How GAE's advantages are normalised over the update's batch (all "
+                                      "processes): `whiten` = minus the mean, divided by the standard deviation; "
+                                      "`center` = minus the mean only; `none` = the raw advantages. Use `center` or "
+                                      "`none` for PPO from a policy that already succeeds (after SFT, ORPO), whose "
+                                      "nearly constant returns leave only noise, which whitening would scale to "
+                                      "unit size.", choices=["whiten", "center", "none"])
     value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same "
                                    "backbone); `separate` is not built yet.", choices=["shared", "separate"])
     gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
@@ -191,7 +197,8 @@ SPEC = StageSpec(
     data_columns=("data.prompt_column",),
     samples=True, uses_reference=True, uses_env=True, reloads_rewards=True,
     metrics=("reward", "reward_std", "loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac",
-             "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "return_mean",
+             "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "advantage_std",
+             "return_mean",
              "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
              "value_mean", "return_scale", "critic_warmup", "early_stop", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
