@@ -211,8 +211,41 @@ def test_validate_config_warns_when_the_plan_does_not_fit():
     res = run_cli(*args, "hw.device_memory_gb=0.3")
     assert res.returncode == 0, res.stderr
     warning = [x for x in res.stderr.splitlines() if x.startswith("warning: hw.device_memory_gb")]
-    assert len(warning) == 1 and "planned peak 0.7 GiB per device does not fit in 0.3 GiB" in warning[0]
+    # planned with the demo's prompts, as `rlft plan` plans them (0.7 GiB at the config's limits)
+    assert len(warning) == 1 and "planned peak 0.5 GiB per device does not fit in 0.3 GiB for the longest rows of " \
+        "demo (prompts of 26 + 16 sampled tokens)" in warning[0]
     assert "hw.device_memory_gb" not in run_cli(*args).stderr  # fits: no warning
+
+
+# Qwen2.5-7B's config.json (the fields that shape it)
+QWEN25_7B = {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+             "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+             "tie_word_embeddings": False}
+
+
+def test_validate_config_plans_grpo_with_the_lengths_rlft_plan_uses(tmp_path):
+    """The stock a100 profile with a 7B model and short prompts fits (rlft plan: ~31 GiB): validate-config
+    plans the same prompt + grpo.max_tokens, not train.max_seq_length (8192: ~496 GiB, a false warning);
+    a config that truly does not fit still warns, and without data both plan at the config's limits."""
+    model = tmp_path / "qwen7b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN25_7B))
+    args = ("--stage", "grpo", "--hw", "a100", f"model.name_or_path={model}", "data.train=demo")
+    res = run_cli("validate-config", *args)
+    assert res.returncode == 0, res.stderr
+    assert "hw.device_memory_gb" not in res.stderr
+    plan = json.loads(run_cli("plan", *args, "--json").stdout)
+    assert plan["fits"] and plan["basis"] == "data" and not plan["worst_case"]["fits"]
+
+    res = run_cli("validate-config", *args, "grpo.max_tokens=4096")  # 4,096 sampled tokens: truly too much
+    warning = [x for x in res.stderr.splitlines() if x.startswith("warning: hw.device_memory_gb")]
+    assert res.returncode == 0 and len(warning) == 1, res.stderr
+    assert "does not fit in 80.0 GiB for the longest rows of demo (prompts of 6 + 4096 sampled tokens)" in warning[0]
+
+    res = run_cli("validate-config", *args[:-1])  # no data: the limits, as `rlft plan` plans them
+    warning = [x for x in res.stderr.splitlines() if x.startswith("warning: hw.device_memory_gb")]
+    assert len(warning) == 1 and "at the config's limits" in warning[0], res.stderr
+    assert run_cli("validate-config", "--stage", "grpo", "--hw", "a100").stderr.count("hw.device_memory_gb") == 0
 
 
 # ---- planning from the data's token lengths (rlft/plan/lengths.py)

@@ -48,14 +48,15 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 
 def _memory_warning(cfg, composed, hw: str) -> None:
     """validate-config names a planned peak above the device's memory (silent without the model's config.json).
-    It plans at the config's limits: no tokenizer or data read, and a warning for the worst case any data
-    within the limits can reach; `rlft plan` adds the peak of the data itself. A config.json that is there but
-    damaged (a size that is not a whole number in range) skips the check with one warning naming file and field."""
+    It plans with the sequence lengths `rlft plan` plans with: the training data's longest rows where they are
+    readable here (a GRPO prompt as long as the data's longest plus grpo.max_tokens, not train.max_seq_length),
+    else the config's limits. A config.json that is there but damaged (a size that is not a whole number in
+    range) skips the check with one warning naming file and field."""
     from rlft.plan import plan_for
     from rlft.plan.model_shape import DamagedConfig, ShapeError
 
     try:
-        plan = plan_for(cfg, hw, from_data=False)
+        plan = plan_for(cfg, hw)
     except DamagedConfig as exc:
         print_problems([Problem("model.name_or_path", composed.layer_of("model.name_or_path"),
                                  f"memory not planned: {exc}", level="warning")])
@@ -68,10 +69,20 @@ def _memory_warning(cfg, composed, hw: str) -> None:
         top = ", ".join(f"{name} {share:.0%}" for name, share in dominant(plan))
         print_problems([Problem("hw.device_memory_gb", composed.layer_of("hw.device_memory_gb"),
                                  f"planned peak {plan.peak / 2**30:.1f} GiB per device does not fit in "
-                                 f"{plan.device_bytes / 2**30:.1f} GiB at the config's limits ({top}); `rlft plan` "
+                                 f"{plan.device_bytes / 2**30:.1f} GiB {_basis(plan)} ({top}); `rlft plan` "
                                  f"with the same arguments shows every term, the peak of this data and what to "
                                  f"change first", level="warning")])
 
+
+
+def _basis(plan) -> str:
+    """The sequences the warning planned with, in words."""
+    if plan.data is None:
+        return "at the config's limits"
+    tokens = plan.tokens
+    seq = f"prompts of {tokens['prompt']} + {tokens['completion']} sampled tokens" if "prompt" in tokens else \
+        f"rows of {tokens['train_sequence']} tokens"
+    return f"for the longest rows of {plan.data.source} ({seq})"
 
 def list_profiles() -> None:
     """List stages, hardware profiles and example configs, one line each."""
