@@ -177,3 +177,46 @@ def test_advantage_norm_none_keeps_the_raw_advantages(tmp_path):
             assert all(abs(r["advantage_mean"]) < 1e-4 for r in rows), rows
     assert all(abs(s - 1) < 0.05 for s in stds["whiten"]), stds
     assert all(abs(s - 1) > 0.3 for s in stds["none"]), stds
+
+
+def test_separate_critic_runs_resumes_and_leaves_a_plain_adapter(tmp_path):
+    """ppo.value_model=separate: the run writes the policy's plain PEFT adapter, the checkpoints carry the critic's
+    LoRA in value_head.safetensors, and a SIGTERM + --resume ends on the uninterrupted run's weights bit for bit
+    (the critic's included)."""
+    from safetensors.torch import load_file
+
+    short = ["ppo.num_episodes=96", "ppo.save_interval=32", "ppo.value_model=separate"]
+    out, ref = tmp_path / "run", tmp_path / "ref"
+    interrupt_after_checkpoint(out, 2, "train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                               *short)
+    stopped_at = max(r["step"] for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r)
+    assert stopped_at < 6
+    saved = load_file(str(out / "checkpoints" / f"checkpoint-{stopped_at}" / "value_head.safetensors"))
+    assert any(k.startswith("critic.") and "lora_" in k for k in saved), list(saved)
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", *short, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={ref}", *short)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for name in ("adapter_model.safetensors", "value_head.safetensors"):
+        x, y = load_file(str(out / "final" / name)), load_file(str(ref / "final" / name))
+        assert x.keys() == y.keys()
+        assert all((x[k] == y[k]).all() for k in x), name  # bit-exact
+    assert not any("critic" in k for k in load_file(str(ref / "final" / "adapter_model.safetensors")))
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rlft.tiny import ensure_tiny_model
+
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model())), str(ref / "final"))
+
+
+def test_separate_critic_with_an_async_sampler(tmp_path):
+    """ppo.value_model=separate with ppo.async: the sampler copies the policy alone; the learner's critic scores."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "ppo.num_episodes=48", "ppo.value_model=separate", "ppo.async.max_steps_off_policy=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len([r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]) == 3
+    assert any(k.startswith("critic.") for k in load_file(str(out / "final" / "value_head.safetensors")))

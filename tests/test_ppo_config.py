@@ -14,7 +14,7 @@ def run(*args):
     ("ppo.mini_batch_size=3", "ppo.mini_batch_size", "must divide ppo.batch_size (16)"),
     ("ppo.gamma=1.5", "ppo.gamma", "out of range"),
     ("ppo.lam=-0.1", "ppo.lam", "out of range"),
-    ("ppo.value_model=separate", "ppo.value_model", "not built yet"),
+    ("ppo.advantage_norm=scale", "ppo.advantage_norm", "not allowed"),
     ("ppo.kl_penalty=k3", "ppo.kl_penalty", "not allowed"),
     ("train.gradient_accumulation_steps=3", "train.gradient_accumulation_steps", "must divide ppo.batch_size"),
     ("ppo.critic_warmup=-1", "ppo.critic_warmup", "out of range"),
@@ -31,6 +31,13 @@ def test_deepspeed_refused_with_reason():
     res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp",
                                    "hw.distributed_strategy=deepspeed"])
     assert res.exit_code == 2 and "error: hw.distributed_strategy" in res.stderr and "--hw fsdp" in res.stderr
+
+
+def test_separate_critic_validates_and_is_refused_under_fsdp():
+    assert run("ppo.value_model=separate").exit_code == 0
+    res = CliRunner().invoke(app, ["validate-config", "--stage", "ppo", "--hw", "ddp", "hw.distributed_strategy=fsdp",
+                                   "ppo.value_model=separate"])
+    assert res.exit_code == 2 and "error: ppo.value_model" in res.stderr and "fsdp" in res.stderr, res.stderr
 
 
 def test_profile_validates_and_target_kl_states_its_unit():
@@ -90,3 +97,17 @@ def test_critic_warmup_must_leave_policy_updates():
     assert run("ppo.num_episodes=64", "ppo.critic_warmup=3").exit_code == 0
     res = run("ppo.critic_warmup=2", "ppo.vf_coef=0")
     assert res.exit_code == 0 and "warning: ppo.critic_warmup" in res.stderr and "train nothing" in res.stderr
+
+
+def test_plan_counts_a_separate_critics_weights():
+    from rlft.config import load_config
+    from rlft.plan.estimate import make_plan
+    from rlft.plan.model_shape import load_shape
+
+    plans = {}
+    for critic in ("shared", "separate"):
+        cfg, _, _ = load_config("ppo", "cpu", ["configs/examples/ppo_demo.yaml"], [f"ppo.value_model={critic}"])
+        plans[critic] = make_plan(cfg, load_shape(cfg.model.name_or_path, cfg.model.tiny_init_std))
+    assert plans["shared"].term("critic") is None
+    term, n = plans["separate"].term("critic"), plans["separate"].shape.num_params()
+    assert term.bytes > n * 4 and plans["separate"].peak > plans["shared"].peak  # a second copy of the weights

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 
-def _trainer(tmp_path, *overrides):
+def _trainer(tmp_path, *overrides, separate=False):
     from peft import get_peft_model
 
     from rlft.config import load_config
@@ -20,7 +20,12 @@ def _trainer(tmp_path, *overrides):
                              "train.max_grad_norm=1.0e9", *overrides])
     torch.manual_seed(0)
     model, tok = load_model_and_tokenizer(cfg)
-    wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model))
+    critic = None
+    if separate:
+        from rlft.stages.common.episode_setup import separate_critic
+
+        critic = separate_critic(cfg)
+    wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model), critic)
     torch.nn.init.normal_(wrapped.value_head.weight, std=0.05)  # non-zero values: the value path is exercised
     trainer = RlftPPOTrainer(model=wrapped, args=training_arguments(cfg, str(tmp_path)), processing_class=tok,
                              cfg=cfg, train_rows=load_prompt_dataset(cfg).to_list(),
@@ -172,3 +177,71 @@ def test_early_stop_kl_ends_the_update_at_a_step_boundary(tmp_path, stop_kl, ste
         assert "early_stop" not in metrics
     else:
         assert metrics["early_stop"] == pytest.approx((8 - steps) / 8)
+
+
+def test_a_separate_critic_takes_the_value_loss_and_the_policy_the_rest(tmp_path):
+    """ppo.value_model=separate: the value loss alone gives gradients to the critic's LoRA and the head and none to
+    the policy's; the policy loss and entropy alone give gradients to the policy's LoRA and none to the critic's."""
+    from rlft.algos import entropy_from_logits
+
+    trainer = _trainer(tmp_path, "ppo.init_kl_coef=0", separate=True)
+    model = trainer.model
+    critic = model.critic_parameters()
+    policy = trainer._policy_params()
+    critic_lora = [q for q in model.critic.parameters() if q.requires_grad]
+    assert critic_lora and policy and not {id(q) for q in policy} & {id(q) for q in critic}
+    assert not {id(q) for q in model.policy.parameters()} & {id(q) for q in critic_lora}  # two copies
+    batch = trainer.rollout(0)
+    mask, adv, ret = batch.mask_BT, batch.advantages_BT, batch.returns_BT
+
+    def grads(loss_fn):
+        model.zero_grad(set_to_none=True)
+        logp, values, logits, _ = trainer._forward(model, batch)
+        loss_fn(logp, values, logits).backward()
+        return ([0.0 if q.grad is None else float(q.grad.abs().sum()) for q in policy],
+                [0.0 if q.grad is None else float(q.grad.abs().sum()) for q in critic])
+
+    p, c = grads(lambda logp, values, logits: (((values * mask - ret) ** 2) * mask).sum() / mask.sum())
+    assert sum(p) == 0 and sum(c) > 0 and sum(c[2:]) > 0  # the critic's LoRA, not only the head
+    p, c = grads(lambda logp, values, logits: (-(adv * logp * mask).sum()
+                                               - 0.01 * (entropy_from_logits(logits) * mask).sum()) / mask.sum())
+    assert sum(p) > 0 and sum(c) == 0
+    # clipping: each group at train.max_grad_norm on its own, so a large value gradient leaves the policy's as it is
+    model.zero_grad(set_to_none=True)
+    logp, values, logits, _ = trainer._forward(model, batch)
+    (-(adv * logp * mask).sum() / mask.sum() + 1e3 * (((values * mask - ret) ** 2) * mask).sum()).backward()
+    norm = torch.nn.utils.get_total_norm
+    p_norm, c_norm = float(norm([q.grad for q in policy if q.grad is not None])), float(norm(
+        [q.grad for q in critic]))
+    assert c_norm > 10 * p_norm > 0
+    before = _snapshot([q.grad for q in policy if q.grad is not None])
+    trainer.args.max_grad_norm = 2 * p_norm
+    total = trainer._clip_grad_norm()
+    assert total == pytest.approx((p_norm ** 2 + c_norm ** 2) ** 0.5, rel=1e-4)
+    assert all(torch.equal(a, q.grad) for a, q in zip(before, [q for q in policy if q.grad is not None]))
+    assert float(norm([q.grad for q in critic])) == pytest.approx(2 * p_norm, rel=1e-3)
+    trainer.optimize(batch)  # one update runs
+
+
+def test_a_separate_critic_is_saved_and_restored_with_the_value_head(tmp_path):
+    from safetensors.torch import load_file
+
+    from rlft.models.value_head import VALUE_HEAD_FILE
+
+    trainer = _trainer(tmp_path, separate=True)
+    model = trainer.model
+    with torch.no_grad():
+        for q in model.critic_parameters():
+            q.normal_(std=0.1)
+    saved = _snapshot(model.critic_parameters())
+    model.save_value_head(tmp_path)
+    keys = load_file(str(tmp_path / VALUE_HEAD_FILE)).keys()
+    assert {"weight", "bias"} <= keys and any(k.startswith("critic.") and "lora_" in k for k in keys)
+    with torch.no_grad():
+        for q in model.critic_parameters():
+            q.zero_()
+    model.load_value_head(tmp_path)
+    assert all(torch.equal(a, q) for a, q in zip(saved, model.critic_parameters()))
+    shared = _trainer(tmp_path / "shared")
+    with pytest.raises(ValueError, match="ppo.value_model"):
+        shared.model.load_value_head(tmp_path)

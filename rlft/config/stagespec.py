@@ -201,6 +201,7 @@ class MemoryProfile:
     scoring: Logits | None = None       # a no-grad pass over the sampled batch before training (its log-probs)
     scoring_hidden_states: bool = False  # that pass keeps every layer's hidden states (a value head reads them)
     value_head: bool = False         # a critic head trained beside the policy
+    critic_copy: bool = False        # PPO's separate critic: a second copy of the model, its own trainable weights
     reference: Reference = Reference(NO_REFERENCE, "no reference model")
     sampler_copy: bool = False       # async/streaming: a copy of the policy samples while the learner trains
     vllm_share: float | None = None  # vLLM samples: its gpu_memory_utilization (None: generate in this process)

@@ -238,6 +238,8 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
     params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
     out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),
            *_sampling_terms(cfg, shape, pr, w, world, device_bytes, notes), _reference(w.reference, shape, pr, sw)]
+    if w.critic_copy:
+        out.append(T.critic_copy(shape.num_params(), pr.weight_b, n_train, pr.train_b, cfg.lora.enabled))
     if cfg.hw.distributed_strategy == "ddp" and world > 1:
         out.append(T.ddp_buckets(n_train, pr.train_b))
     if sw > 1 or offload:

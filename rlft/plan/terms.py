@@ -244,6 +244,15 @@ def value_head(hidden: int, rows: int, seq: int) -> Term:
                 f"{_n(params)} params x (4 B + grad 4 B + 2 x 4 B AdamW) + values {rows} x {seq} x 4 B")
 
 
+def critic_copy(n_params: int, nbytes: int, n_trainable: int, train_b: int, lora: bool) -> Term:
+    """PPO's separate critic (ppo.value_model: separate): a second copy of the weights, its trainable params (its
+    LoRA's, or all of them) with their gradients and two AdamW states."""
+    extra = n_trainable * train_b if lora else 0
+    return Term("critic", n_params * nbytes + extra + n_trainable * 3 * train_b, ALWAYS,
+                f"{_n(n_params)} params x {nbytes} B + {_n(n_trainable)} trainable x {train_b} B x "
+                f"({'param + ' if lora else ''}grad + 2 AdamW)")
+
+
 def vllm_share(utilization: float, device_bytes: float | None, mode: str) -> Term:
     """A colocated vLLM reserves gpu_memory_utilization x device memory (its weights and KV cache) for the run."""
     if mode != "colocate":

@@ -171,8 +171,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 if last_in_step:
                     for param in frozen:
                         param.grad = None
-                    grad_norm = acc.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
-                    grad_norms.append(float(grad_norm))
+                    grad_norms.append(self._clip_grad_norm())
                     self.optimizer.step()
                     self.lr_scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
@@ -192,9 +191,23 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         return out
 
     def _policy_params(self) -> list:
-        """The trainable parameters outside the value head (the policy's: LoRA's, or all of them)."""
-        head = {id(q) for q in self.accelerator.unwrap_model(self.model).value_head.parameters()}
-        return [q for q in self.model.parameters() if q.requires_grad and id(q) not in head]
+        """The trainable parameters outside the value head and a separate critic (the policy's: LoRA's, or all of
+        them)."""
+        critic = {id(q) for q in self.accelerator.unwrap_model(self.model).critic_parameters()}
+        return [q for q in self.model.parameters() if q.requires_grad and id(q) not in critic]
+
+    def _clip_grad_norm(self) -> float:
+        """Clips the gradients at train.max_grad_norm; returns their norm before clipping. With a separate critic the
+        policy's and the critic's are clipped each on their own, so a large value loss cannot shrink the policy's
+        step (the reported norm is still the whole model's)."""
+        acc, limit = self.accelerator, self.args.max_grad_norm
+        unwrapped = acc.unwrap_model(self.model)
+        if unwrapped.critic is None:
+            return float(acc.clip_grad_norm_(self.model.parameters(), limit))
+        acc.unscale_gradients()  # once (fp16's scaler refuses a second unscale); FSDP is refused with a separate critic
+        policy = float(torch.nn.utils.clip_grad_norm_(self._policy_params(), limit))
+        critic = float(torch.nn.utils.clip_grad_norm_(unwrapped.critic_parameters(), limit))
+        return (policy ** 2 + critic ** 2) ** 0.5
 
     def _sum_over_processes(self, t: Tensor) -> Tensor:
         """`t` summed over the processes (every rank takes part): the global batch's whitening moments."""

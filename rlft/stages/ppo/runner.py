@@ -87,7 +87,7 @@ class PPOStage(LoopStage):
 
         cfg = self.cfg
         self.interrupt_hooks(ctx)
-        wrapped, ref = policy_with_value_head(cfg, cfg.ppo.init_kl_coef)
+        wrapped, ref = policy_with_value_head(cfg, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         self.loop_trainer(ctx, wrapped, ref, training_arguments(cfg, str(ctx.run.checkpoints)), self.train_rows,

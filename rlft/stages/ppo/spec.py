@@ -68,7 +68,11 @@ class PPOConfig:
                                       "nearly constant returns leave only noise, which whitening would scale to "
                                       "unit size.", choices=["whiten", "center", "none"])
     value_model: str = F("shared", "Critic: `shared` = a linear value head on the policy's last hidden state (same "
-                                   "backbone); `separate` is not built yet.", choices=["shared", "separate"])
+                                   "backbone); `separate` = the head on a second copy of the model with its own "
+                                   "LoRA (or all its weights without LoRA), so the value loss never moves the "
+                                   "policy's weights. Use `separate` for PPO from a policy that already succeeds, "
+                                   "at the cost of a second model's weights and a second forward pass.",
+                         choices=["shared", "separate"])
     gamma: float = F(0.99, "Discount factor per token, in [0, 1].", ge=0, le=1)
     lam: float = F(0.95, "GAE lambda, in [0, 1].", ge=0, le=1)
     num_episodes: int = F(50000, "Total episodes to train on (10K-50K); updates = num_episodes / batch_size.", ge=1)
@@ -119,9 +123,9 @@ def checks(c: StageChecks) -> None:
                     f"{-(-ne // pb)} update(s) (ppo.num_episodes / ppo.batch_size), or the policy is never trained")
         if is_number(g("ppo.vf_coef")) and g("ppo.vf_coef") == 0:
             c.warning("ppo.critic_warmup", "with ppo.vf_coef 0 the warm-up updates train nothing")
-    if g("ppo.value_model") == "separate":
-        c.error("ppo.value_model", "`separate` (a critic model of its own) is not built yet; use `shared` "
-                "(a value head on the policy's backbone)")
+    if g("ppo.value_model") == "separate" and g("hw.distributed_strategy") == "fsdp":
+        c.error("ppo.value_model", "`separate` (a critic model of its own) is not built for "
+                "hw.distributed_strategy fsdp (sharding and saving a second model); use `shared` or --hw ddp")
     if g("hw.distributed_strategy") == "deepspeed":
         c.error("hw.distributed_strategy", "PPO runs single-process, under ddp or under fsdp; `deepspeed` is not "
                 "supported (generation and the value head under ZeRO-3 are not built); use --hw fsdp")
@@ -185,7 +189,7 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
         mini, prompt + p.max_tokens, p.max_tokens, rows, prompt, p.max_tokens,
         full_logits=Logits(5, p.max_tokens, "PPO loss: "),
         scoring=Logits(copies, p.max_tokens, "behaviour" + (" and reference" if ref_used else "") + " log-probs: "),
-        scoring_hidden_states=True, value_head=True,
+        scoring_hidden_states=True, value_head=True, critic_copy=p.value_model == "separate",
         reference=reference_held(cfg, ref_used, "ppo uses no reference here (KL coefficient 0)", full_copy=False),
         sampler_copy=bool(p.async_.max_steps_off_policy), episodes=bool(cfg.env.name),
         what=f"{rows} episodes per update, minibatches of {mini}", levers=tuple(levers))
