@@ -113,3 +113,56 @@ def test_eval_checks_reward_columns_and_prompt_length(run, tmp_path):
     nocol.write_text(json.dumps({"prompt": "Repeat the letter z:"}) + "\n")
     res = run_cli("eval", run, "--data", nocol, "-n", "1", "-o", tmp_path / "e.jsonl", "--force")
     assert res.returncode == 2 and "reads column 'target'" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_eval_reproduces_the_runs_final_eval_and_scores_eval_only_rewards(tmp_path):
+    """`rlft eval` seeds and splits its sampling as the run's own evaluation (train.seed + eval's offset, the run's
+    eval batch size), so the final model on the run's eval prompts and settings gives eval.end's numbers, and it
+    scores `eval.rewards` on its samples, reported under the training eval's names and never in the total."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}", "train.max_steps=2",
+                  "data.eval_prompts=4", "eval.rewards=[{fn: char_fraction, name: y_share, kwargs: {char: y}}]")
+    assert res.returncode == 0, res.stderr[-3000:]
+    end = json.loads((out / "summary.json").read_text())["eval"]["end"]
+    assert set(end["per_reward"]) == {"char_fraction", "y_share"}, end
+    res = run_cli("eval", out, "--data", "demo", "-n", "8", "--max-prompts", "4")  # GRPO's eval: group_size samples
+    assert res.returncode == 0, res.stderr[-3000:]
+    logged = next(x for x in res.stdout.splitlines() if x.startswith("as training logs it: "))
+    for name, value in [("eval_reward", end["reward_mean"]), ("eval_pass_at_k", end["pass_at_k"]),
+                        ("eval_prompt_std", end["prompt_std"]), ("eval_rewards/y_share", end["per_reward"]["y_share"]),
+                        ("eval_rewards/char_fraction", end["per_reward"]["char_fraction"]),
+                        ("eval_rewards/y_share/errors", 0)]:
+        assert f"{name} {value}," in logged + ",", (name, value, logged)
+    assert "the run's own final eval (same prompts, rewards and sampling)" in res.stdout, res.stdout
+    shown = res.stdout.split("eval-only rewards (eval.rewards")[1]
+    assert "y_share" in shown and "y_share" not in res.stdout.split("eval-only rewards")[0]
+    rows = read_jsonl(out / "eval.jsonl")
+    assert len(rows) == 32 and all(set(r["rewards"]) == {"char_fraction", "y_share"} for r in rows)
+    assert all(r["total"] == r["rewards"]["char_fraction"] for r in rows)  # the eval-only reward is not in the total
+    # another seed draws other samples, so no claim to be the run's numbers
+    other = run_cli("eval", out, "--data", "demo", "-n", "8", "--max-prompts", "4", "--seed", "5", "-o",
+                    tmp_path / "other.jsonl")
+    assert other.returncode == 0, other.stderr[-3000:]
+    assert "the run's own final eval" not in other.stdout
+    assert [r["completion"] for r in read_jsonl(tmp_path / "other.jsonl")] != [r["completion"] for r in rows]
+
+
+def test_ppo_eval_with_n_above_1_reports_its_spread_and_rlft_eval_gives_its_numbers(tmp_path):
+    """PPO's eval with eval.samples_per_prompt 4: pass@4 and the spread over prompts in every eval row and in
+    summary.json, and `rlft eval` (the run's own eval section: 4 samples) on its final model gives eval.end."""
+    out = tmp_path / "ppo"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", "configs/examples/ppo_demo.yaml",
+                  f"train.output_dir={out}", "ppo.num_episodes=32", "ppo.eval_interval=16", "ppo.save_interval=32",
+                  "data.eval_prompts=4", "eval.samples_per_prompt=4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" in r]
+    assert rows and all(r["eval_prompt_std"] is not None and 0 <= r["eval_pass_at_k"] <= 1 for r in rows), rows
+    end = json.loads((out / "summary.json").read_text())["eval"]["end"]
+    assert (end["k"], end["n"], end["sampling"]["n"]) == (4, 16, 4) and end["prompt_std"] is not None, end
+    res = run_cli("eval", out, "--data", "demo", "--max-prompts", "4")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "4 prompts x 4 = 16 completions" in res.stdout, res.stdout
+    logged = next(x for x in res.stdout.splitlines() if x.startswith("as training logs it: ")) + ","
+    for name, key in (("eval_reward", "reward_mean"), ("eval_pass_at_k", "pass_at_k"),
+                      ("eval_prompt_std", "prompt_std")):
+        assert f"{name} {end[key]}," in logged, (name, end, logged)

@@ -38,9 +38,11 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Rows per completion (default: eval.jsonl in "
                                                                           "the run folder, else here)."),
              checkpoint: Optional[int] = CHECKPOINT_OPT,
-             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed)."),
+             seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed); drawn "
+                                                                       "from it plus eval's seed offset, as the "
+                                                                       "run's own evaluations are."),
              force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
-    """Sample from a trained policy on evaluation prompts, score with the config's rewards, print the means."""
+    """Sample a trained policy on evaluation prompts, score with rewards and eval.rewards, print the means."""
     # sampling follows the config's `eval:` section (a run's own, by default) unless a flag says otherwise
     from rlft.posttrain.config_layer import eval_config_file
     from rlft.posttrain.target import run_config
@@ -59,7 +61,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
         with exits():  # e.g. a link planted where it goes: one line
             files = [own := eval_config_file(tgt.run_root, stage)]
     try:
-        cfg, _ = load(stage, "cpu", files, overrides, trains=False)  # samples and scores only
+        cfg, composed = load(stage, "cpu", files, overrides, trains=False)  # samples and scores only
     finally:
         if own is not None:
             own.unlink(missing_ok=True)
@@ -77,18 +79,47 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     from rlft.posttrain.evaluate import evaluate
 
     with exits():
-        res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed)
+        res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed, composed)
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     from rlft.config.eval_sampling import describe
+    from rlft.monitor.metrics import eval_row
 
-    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {res['n']} = "
+    typer.echo(f"eval of {res['model']} on {res['data']}: {res['prompts']} prompts x {res['k']} = "
                f"{res['completions']} completions ({describe(res['sampling'])})")
-    for name, value in res["rewards"].items():
+
+    def line(name, value):
         failed = res["reward_failures"].get(name)
         typer.echo(f"  {name:<24}{fmt(value)}" + (f"   ({failed} completions it failed to score)" if failed else ""))
+
+    for name, value in res["rewards"].items():
+        line(name, value)
     typer.echo(f"  {'total (weighted)':<24}{fmt(res['reward_mean'])}" +
                (f"   ({res['unscored']} completions unscored)" if res["unscored"] else ""))
+    passed = f"pass@{res['k']}"
+    typer.echo(f"  {passed:<24}{fmt(res['pass_at_k'])}   (prompts with a sample whose total reaches "
+               f"{res['sampling']['pass_threshold']:g}; spread over prompts {fmt(res['prompt_std'])})")
+    if res["eval_rewards"]:
+        typer.echo("eval-only rewards (eval.rewards: scored on these samples, not in the total):")
+        for name, value in res["eval_rewards"].items():
+            line(name, value)
+    # the names of metrics.jsonl's eval rows, so this compares with the run's curve key for key
+    typer.echo("as training logs it: " + ", ".join(f"{k} {'-' if v is None else v}" for k, v in eval_row(res).items()))
+    own = _own_final_eval(tgt, res) if seed in (None, cfg.train.seed) else None
+    if own is not None:
+        typer.echo(f"the run's own final eval (same prompts, rewards and sampling): eval_reward "
+                   f"{fmt(own.get('reward_mean'))}, pass@{own.get('k')} {fmt(own.get('pass_at_k'))}")
     typer.echo(f"rows written to {shown}")
+
+
+def _own_final_eval(tgt, res: dict) -> dict | None:
+    """The run's eval.end (summary.json) when this evaluated its final model on the same eval set (prompts, rewards,
+    sampling settings: the eval_set digest), else None."""
+    from rlft.monitor.summary import read_summary
+
+    if tgt.run_root is None or tgt.step is not None:
+        return None
+    end = ((read_summary(tgt.run_root / "summary.json") or {}).get("eval") or {}).get("end")
+    return end if isinstance(end, dict) and end.get("eval_set") == res["eval_set"] else None
 
 
 def generate_cmd(target: Path = TARGET_ARG,

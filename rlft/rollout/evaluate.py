@@ -18,7 +18,7 @@ from rlft.rollout.sample import SamplingParams, sample
 from rlft.rollout.score import score
 from rlft.rollout.split import gather, is_sharded, process_group, rank_calls
 
-__all__ = ["EVAL_SEED_OFFSET", "evaluate", "evaluation", "sampling_params", "stage_evaluation"]
+__all__ = ["EVAL_SEED_OFFSET", "eval_calls", "evaluate", "evaluation", "sampling_params", "stage_evaluation"]
 
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
@@ -43,17 +43,15 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
         raise ValueError(f"n must be at least 1, got {n}")
     if not prompts:
         raise ValueError("no prompts to sample from")
-    per_call = max(1, (params.batch_size or len(prompts) * n) // n)  # whole prompts per generate call
-    starts = list(range(0, len(prompts), per_call))
+    calls = eval_calls(len(prompts), n, params)
+    starts = [idx.start for idx, _ in calls]
     rank, world = process_group()
     mine: dict[int, list] = {}
     for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):
         if k is None:  # this rank has no chunk in the last wave
             continue
-        idx = range(starts[k], min(starts[k] + per_call, len(prompts)))
-        seed = None if params.seed is None else params.seed + starts[k]
-        rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n,
-                          dataclasses.replace(params, batch_size=None, seed=seed))
+        idx, call_params = calls[k]
+        rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n, call_params)
         if keep:  # a repeated call (sharded model, fewer chunks than calls) only keeps the ranks in step
             chunk_columns = {c: [v[i] for i in idx] for c, v in columns.items()}
             scores = score(rollouts, suite, chunk_columns, count=False)
@@ -133,6 +131,16 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
                   f"score to {count} of {total} samples{f' (last: {last:.200})' if last else ''}; counted as "
                   f"eval reward_failures (summary.json, eval_rewards/{name}/errors in metrics.jsonl), left out of "
                   f"the eval means (said once per reward)", file=sys.stderr, flush=True)
+
+
+def eval_calls(num_prompts: int, n: int, params: SamplingParams) -> list[tuple[range, SamplingParams]]:
+    """An evaluation's generate calls, as (prompt indices, sampler parameters): whole prompts, `params.batch_size`
+    completions per call (all at once when None), the call starting at prompt i seeded `params.seed + i`; `rlft
+    eval` samples through the same calls, so its numbers are the run's own eval's for the same settings."""
+    per_call = max(1, (params.batch_size or num_prompts * n) // n)  # whole prompts per generate call
+    return [(range(start, min(start + per_call, num_prompts)),
+             dataclasses.replace(params, batch_size=None, seed=None if params.seed is None else params.seed + start))
+            for start in range(0, num_prompts, per_call)]
 
 
 def sampling_params(settings: EvalSettings, seed: int, batch_size: int | None) -> SamplingParams:
