@@ -157,3 +157,19 @@ def test_validate_accepts_it_on_episodes_and_on_ppo():
         section = args[1]
         res = _validate(*args, f"{section}.mask_truncated=true")
         assert res.exit_code == 0, res.output
+
+
+def test_the_model_card_says_what_mask_truncated_masks_on_each_path():
+    """Single-turn GRPO leaves out the cut completions; the episode loop masks an episode with any cut turn whole."""
+    from rlft.config.compose import compose
+    from rlft.config.validate import validate
+    from rlft.stages.grpo.spec import model_card
+
+    grpo = REPO / "configs" / "examples" / "tool_use_grpo.yaml"
+    single = validate(compose("grpo", "cpu", [], ["grpo.mask_truncated=true"]))[0]
+    episodes = validate(compose("grpo", "cpu", [grpo], ["grpo.mask_truncated=true"]))[0]
+    assert episodes.env.name and not single.env.name
+    assert "truncated completions masked" in model_card(single)[-1]
+    assert "episodes with any truncated turn masked whole" in model_card(episodes)[-1]
+    episodes.grpo.mask_truncated = False
+    assert "masked" not in model_card(episodes)[-1]

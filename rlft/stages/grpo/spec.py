@@ -413,11 +413,11 @@ def model_card(cfg) -> list[str]:
     g = cfg.grpo
     return [f"- GRPO: {g.batch_size} prompts x {g.group_size} completions per generation, baseline "
             f"`{g.baseline_mode}`, KL coefficient {g.kl_penalty_coef:g} ({g.kl_penalty_mode})",
-            f"- policy loss: {loss_note(g)}"]
+            f"- policy loss: {loss_note(g, episodes=bool(cfg.env.name))}"]
 
 
-def loss_note(g) -> str:
-    """The policy loss as grpo.* sets it, in one line (model card)."""
+def loss_note(g, episodes: bool = False) -> str:
+    """The policy loss as grpo.* sets it, in one line (model card); `episodes`: rlft's episode loop (env.name)."""
     low = g.clip_low if g.clip_low is not None else g.clip_range
     high = g.clip_high if g.clip_high is not None else g.clip_range
     parts = [f"`{g.loss_fn}`", f"`{g.loss_agg}`"]
@@ -428,8 +428,8 @@ def loss_note(g) -> str:
         parts.append(f"weight capped at {1 + high:g}")
     if g.is_level == "sequence":
         parts.append("sequence-level ratio (GSPO)")
-    if g.mask_truncated:
-        parts.append("truncated completions masked")
+    if g.mask_truncated:  # episodes: the whole episode, as its return holds what the cut turn led to
+        parts.append("episodes with any truncated turn masked whole" if episodes else "truncated completions masked")
     return ", ".join(parts)
 
 
