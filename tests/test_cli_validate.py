@@ -400,6 +400,7 @@ def test_trl_loss_keys_rlft_models_are_refused_with_rlft_s_key():
 
 @pytest.mark.parametrize("over, key, rlft_key", [
     ("trl.epsilon=0.3", "trl.epsilon", "grpo.clip_low"),
+    ("trl.epsilon_high=0.28", "trl.epsilon_high", "grpo.clip_high"),  # issue 34's trap: with the unclipped loss too
     ("trl.delta=2.0", "trl.delta", "grpo.clip_ratio_c"),
     ("trl.importance_sampling_level=sequence", "trl.importance_sampling_level", "grpo.is_level"),
     ("trl.scale_rewards=batch", "trl.scale_rewards", "grpo.baseline_mode"),
