@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from rlft.config.init_from import ChainError, Weights, init_run, start_weights, weights_after
+from rlft.config.init_from import ChainError, Weights, start_weights, weights_after
 from rlft.config.init_from import starts_from_base as _starts_from_base
+from rlft.config.load_plan import LoadPlan, load_plan
 from rlft.config.schema import RlftConfig
-from rlft.models.weights import ModelLoadError, load_adapter, load_causal_lm
+from rlft.models.weights import ModelLoadError, load_adapter, model_path, planned_causal_lm
 
 log = logging.getLogger("rlft")
 
@@ -30,17 +31,11 @@ def _read(read, *args):
         raise ModelLoadError(f"model.init_from: {exc}") from None
 
 
-def build(weights: Weights, cfg: RlftConfig):
-    """The model `weights` describes: its base (`tiny` built on demand) or saved full model, its adapters merged."""
-    if weights.full is not None:
-        model = load_causal_lm(str(weights.full), cfg)
-    else:
-        name = weights.name
-        if name == "tiny":
-            from rlft.tiny import ensure_tiny_model
-
-            name = str(ensure_tiny_model(init_std=weights.tiny_init_std))
-        model = load_causal_lm(name, cfg)
+def build(weights: Weights, plan: LoadPlan):
+    """The model `weights` describes: its base (`tiny` built on demand) or saved full model, its adapters merged, in
+    the plan's dtype."""
+    path = str(weights.full) if weights.full is not None else model_path(weights.name, weights.tiny_init_std)
+    model = planned_causal_lm(path, plan)
     for folder in weights.adapters:
         model = load_adapter(model, folder).merge_and_unload()
     return model
@@ -48,12 +43,12 @@ def build(weights: Weights, cfg: RlftConfig):
 
 def start_model(root: Path, cfg: RlftConfig):
     """The model run `root` started from (before its own adapter)."""
-    return build(_read(start_weights, root, cfg.model.name_or_path, cfg.model.tiny_init_std), cfg)
+    return build(_read(start_weights, root, cfg.model.name_or_path, cfg.model.tiny_init_std), load_plan(cfg))
 
 
 def merged_model(root: Path, cfg: RlftConfig):
     """The weights after run `root`: its start with its final adapter merged in."""
-    return build(_read(weights_after, root, cfg.model.name_or_path, cfg.model.tiny_init_std), cfg)
+    return build(_read(weights_after, root, cfg.model.name_or_path, cfg.model.tiny_init_std), load_plan(cfg))
 
 
 def starts_from_base(root: Path) -> bool:
@@ -61,35 +56,28 @@ def starts_from_base(root: Path) -> bool:
     return _read(_starts_from_base, root)
 
 
-def load_initial_policy(cfg: RlftConfig):
+def initial_policy(plan: LoadPlan):
     """The policy this stage starts training from: merged weights + a fresh LoRA later (`merge`), or the
     earlier adapter itself, trainable (`continue`)."""
-    init = init_run(cfg.model)
+    init = plan.init
     if init.continues:
-        start = build(_read(init.start), cfg)
+        start = build(_read(init.start), plan)
         return load_adapter(start, init.final, trainable=True)
-    return build(_read(init.after), cfg)
+    return build(_read(init.after), plan)
 
 
-def continues_adapter(cfg: RlftConfig) -> bool:
-    """True when the policy already carries its (earlier) adapter, so no new LoRA is added."""
-    init = init_run(cfg.model)
-    return init is not None and init.continues
-
-
-def load_init_reference(cfg: RlftConfig):
+def init_reference(plan: LoadPlan):
     """The frozen reference for a stage with init_from, or None when the adapter-disabled policy is it."""
-    init = init_run(cfg.model)
-    ref = cfg.model.ref
+    init, ref = plan.init, plan.ref
     if ref == "init":
-        if not init.continues and cfg.lora.enabled:
+        if not init.continues and plan.lora_enabled:
             return None  # the merged start model with this stage's fresh LoRA disabled
-        model = build(_read(init.after), cfg)
+        model = build(_read(init.after), plan)
     elif ref == "base":
         if init.continues and _read(init.starts_from_base):
             return None  # the earlier adapter disabled leaves the base
-        base = Weights(name=cfg.model.name_or_path, tiny_init_std=cfg.model.tiny_init_std)
-        model = build(base, cfg)  # model.name_or_path is the chain's original base
+        base = Weights(name=plan.name, tiny_init_std=plan.tiny_init_std)
+        model = build(base, plan)  # model.name_or_path is the chain's original base
     else:
         return None
     model.eval()

@@ -5,8 +5,12 @@ loaders build on it)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlft.config.schema import RlftConfig
+
+if TYPE_CHECKING:
+    from rlft.config.load_plan import LoadPlan
 
 DTYPES = {"auto": "auto", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -15,24 +19,25 @@ class ModelLoadError(Exception):
     """The model or tokenizer cannot be loaded; the message is one line naming it and the fix."""
 
 
-def resolve_model_path(cfg: RlftConfig) -> str:
+def model_path(name: str, tiny_init_std: float) -> str:
     """`tiny` is rlft's built-in model, built once into the cache; anything else passes through."""
-    if cfg.model.name_or_path == "tiny":
+    if name == "tiny":
         from rlft.tiny import ensure_tiny_model
 
-        return str(ensure_tiny_model(init_std=cfg.model.tiny_init_std))
-    return cfg.model.name_or_path
+        return str(ensure_tiny_model(init_std=tiny_init_std))
+    return name
+
+
+def resolve_model_path(cfg: RlftConfig) -> str:
+    return model_path(cfg.model.name_or_path, cfg.model.tiny_init_std)
 
 
 def torch_dtype(cfg: RlftConfig):
     import torch
 
-    name = cfg.model.torch_dtype
-    if name == "auto":  # match the training precision so weights are not cast twice
-        if cfg.train.bf16:
-            return torch.bfloat16
-        return torch.float32
-    return getattr(torch, name)
+    from rlft.config.load_plan import weights_dtype
+
+    return getattr(torch, weights_dtype(cfg))
 
 
 def pretrained_causal_lm(path: str, dtype, trust_remote_code: bool = False):
@@ -44,6 +49,13 @@ def pretrained_causal_lm(path: str, dtype, trust_remote_code: bool = False):
 
 def load_causal_lm(path: str, cfg: RlftConfig):
     return pretrained_causal_lm(path, torch_dtype(cfg), cfg.model.trust_remote_code)
+
+
+def planned_causal_lm(path: str, plan: LoadPlan):
+    """The causal LM at `path` in the plan's dtype (rlft.config.load_plan)."""
+    import torch
+
+    return pretrained_causal_lm(path, getattr(torch, plan.dtype), plan.trust_remote_code)
 
 
 def load_adapter(model, folder: str | Path, *, trainable: bool = False):

@@ -100,13 +100,15 @@ class GRPOStage(Stage):
         config first, then each part is made in turn."""
         import os
 
-        from rlft.models.loading import load_policy_tokenizer
+        from rlft.config.load_plan import load_plan
+        from rlft.models.loading import tokenizer
 
         cfg = self.cfg
         self.suite = reward_suite(cfg, self.composed)
         train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
         grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
-        self.tokenizer = load_policy_tokenizer(cfg)
+        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
+        self.tokenizer = tokenizer(self.plan)
         self.dataset, self.evals = prepare_prompts(cfg, self.tokenizer, train, evals)
         if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
             raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
@@ -114,20 +116,24 @@ class GRPOStage(Stage):
                            f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
 
     def build(self, ctx) -> None:
-        """The policy (and the KL reference), then the trainer: synchronous, streaming or asynchronous."""
-        from rlft.models.loading import load_policy, load_reference, lora_config
+        """The trainer's class and settings, then the policy (and the KL reference) from the config's load plan, then
+        the trainer: synchronous, streaming or asynchronous."""
+        from rlft.models.loading import peft_config, policy, reference
 
-        cfg = self.cfg
-        model = load_policy(cfg)
+        cfg, plan = self.cfg, self.plan
         self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        ref = load_reference(cfg) if cfg.grpo.kl_penalty_coef > 0 else None
-        self.trainer = grpo_trainer_class(cfg)(
+        trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(self.suite)
+        args = grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed)
+        model = policy(plan)
+        lora = peft_config(plan, model)
+        ref = reference(plan) if cfg.grpo.kl_penalty_coef > 0 else None
+        self.trainer = trainer_class(
             model=model,
-            reward_funcs=trl_reward_funcs(self.suite),
-            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed),
+            reward_funcs=reward_funcs,
+            args=args,
             train_dataset=self.dataset,
             processing_class=self.tokenizer,
-            peft_config=lora_config(cfg, model),
+            peft_config=lora,
             callbacks=ctx.callbacks(),
             cfg=cfg,
             run=ctx.run,
