@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -366,6 +365,8 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str] | None = None, **kwargs:
         # A folder without a valid marker was not produced by a finished build
         # (builds are renamed into place only when complete): replace it.
         shutil.rmtree(final, ignore_errors=True)
+    import tempfile  # here: it imports random (hashlib's sha512), a cost to every `rlft validate-config`
+
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
     try:
         build_tiny_model(tmp, **kwargs)

@@ -93,3 +93,51 @@ def test_lazy_package_names_resolve_to_the_same_objects():
             "'rlft.rewards.registry'\n")
     proc = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate-config", "--help"], ["show-config", "--help"], ["plan", "--help"], ["keys", "--help"],
+    ["list", "--help"], ["train", "--help"], ["eval", "--help"], ["validate-config", "--bogus"],
+    ["keys", "a", "b"], ["validate-config", "--stage", "nope"],
+])
+def test_the_one_verb_app_prints_what_the_whole_app_prints(argv):
+    # main() builds only the verb it runs (rlft.cli.app_for): the same text and exit code as the whole app
+    from typer.testing import CliRunner
+
+    from rlft.cli import app, app_for
+
+    one = app_for(argv)
+    assert one is not app
+    whole, single = CliRunner().invoke(app, argv), CliRunner().invoke(one, argv)
+    assert (single.exit_code, single.output) == (whole.exit_code, whole.output)
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["--version"], ["pipeline", "show", "x.yaml"], ["nope"]])
+def test_anything_but_a_verb_runs_the_whole_app(argv):
+    from rlft.cli import app, app_for
+
+    assert app_for(argv) is app
+
+
+def test_the_schema_reads_its_annotations_as_get_type_hints_does():
+    import dataclasses
+    import typing
+
+    from rlft.config.schema import RewardConfig, RlftConfig, _unwrap, type_hints
+
+    seen = set()
+
+    def walk(cls):
+        if cls in seen:
+            return
+        seen.add(cls)
+        hints = typing.get_type_hints(cls)
+        assert type_hints(cls) == hints and list(type_hints(cls)) == list(hints), cls
+        for f in dataclasses.fields(cls):
+            for tp in _unwrap(hints[f.name])[::2]:
+                if dataclasses.is_dataclass(tp):
+                    walk(tp)
+
+    walk(RlftConfig)
+    walk(RewardConfig)
+    assert len(seen) > 15  # every section, the stages' own and their sub-sections

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import sys
 
@@ -10,6 +9,8 @@ import typer
 
 
 def _version(pkg: str) -> str:
+    import importlib.metadata  # 20-40 ms: only `rlft env` needs it
+
     try:
         return importlib.metadata.version(pkg)
     except importlib.metadata.PackageNotFoundError:

@@ -9,9 +9,10 @@ standard library so that `rlft validate-config` stays fast.
 from __future__ import annotations
 
 import keyword
+import sys
 from dataclasses import MISSING, dataclass, fields, is_dataclass, make_dataclass
 from functools import cache
-from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+from typing import Any, Optional, Union, get_args, get_origin
 
 from rlft.config.fields import F
 from rlft.config.names import TOO_LONG_MODES
@@ -374,8 +375,26 @@ def config_key(name: str) -> str:
 @cache  # every validation walks every section: resolve its string annotations once per process
 def section_fields(cls) -> dict[str, Any]:
     """{YAML key: (dataclass field, type hint)} of one section (shared: read it, do not change it)."""
-    hints = get_type_hints(cls)
+    hints = type_hints(cls)
     return {config_key(f.name): (f, hints[f.name]) for f in fields(cls)}
+
+
+def type_hints(cls) -> dict[str, Any]:
+    """`typing.get_type_hints(cls)` of a section, each distinct annotation text evaluated once per module:
+    get_type_hints compiles every field's text anew (~17 ms for the schema's 200 keys, a tenth of
+    `rlft validate-config`), while the sections spell the same few dozen types."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for name, hint in klass.__dict__.get("__annotations__", {}).items():
+            if isinstance(hint, str):
+                hint = _evaluate(hint, klass.__module__)
+            out[name] = type(None) if hint is None else hint
+    return out
+
+
+@cache
+def _evaluate(text: str, module: str) -> Any:
+    return eval(text, vars(sys.modules[module]))  # noqa: S307 - the schema's own annotations
 
 
 def leaf_specs(cls=RlftConfig, prefix: str = "") -> dict[str, FieldSpec]:
