@@ -49,7 +49,8 @@ def timed(argv: list[str], env: dict) -> tuple[float, float]:
 
 
 def bench(args: list[str], n: int, env: dict) -> dict:
-    rlft = [sys.executable, "-m", "rlft.cli", *args]
+    script = Path(sys.executable).with_name("rlft")  # the console script, as users start it
+    rlft = [str(script), *args] if script.exists() else [sys.executable, "-m", "rlft.cli", *args]
     base = [sys.executable, *YARDSTICK]
     timed(rlft, env), timed(base, env)  # warm-up: bytecode written, files in the page cache
     a, b = [], []

@@ -352,6 +352,7 @@ class FieldSpec:
         return text + (" or null" if self.optional else "")
 
 
+@cache  # the same few dozen hints, asked for on every key of every validation and plan
 def _unwrap(tp):
     """Return (base type, optional, item type) of an annotation."""
     optional = False
@@ -367,6 +368,7 @@ def _unwrap(tp):
     return tp, optional, None
 
 
+@cache
 def config_key(name: str) -> str:
     """A field's key in YAML: a Python keyword is spelt with a trailing underscore in the schema (`async_`)."""
     return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
