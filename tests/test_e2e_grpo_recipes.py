@@ -25,14 +25,16 @@ def test_recipe_learns_the_demo(recipe, tmp_path):
     assert summary["eval"]["end"]["reward_mean"] > 0.9, (recipe, summary["eval"])
 
 
-# the recipes that change the episode loop's math most: the aggregation (a constant normaliser), the ratio's level
-# (one ratio per episode, a 3e-4 clip) and the clipped IS weight. CISPO never clips the update, so at the demo's
-# four optimizer steps per batch and lr 3e-3 it settles on the shaped reward (success 0.006 after 40 updates, as
-# rlft's unclipped `importance_sampling` loss does: 0.006); one on-policy step per batch learns (0.04 -> 0.997)
+# every recipe learns the tool-use demo too. CISPO never clips the update, so at the demo's four optimizer steps
+# per batch and lr 3e-3 it settles on the shaped reward (success 0.006 after 40 updates, as rlft's unclipped
+# `importance_sampling` loss does: 0.006, and so RLOO, which uses it: 0.013 -> 0.009); one on-policy step per batch
+# learns (CISPO 0.04 -> 0.997, RLOO 0.066 -> 0.997). DAPO falls off at four steps a batch
+# too (0.031 -> 0.003) and learns on-policy (0.044 -> 0.997); LitePPO learns as the demo is (0.056 -> 0.988)
 ON_POLICY = ["grpo.ppo_epochs=1", "grpo.num_substeps=1"]
 
 
-@pytest.mark.parametrize("recipe, extra", [("dr_grpo", []), ("gspo", []), ("cispo", ON_POLICY)])
+@pytest.mark.parametrize("recipe, extra", [("dr_grpo", []), ("gspo", []), ("lite_ppo", []), ("cispo", ON_POLICY),
+                                           ("rloo", ON_POLICY), ("dapo", ON_POLICY)])
 def test_recipe_learns_the_tool_use_demo(recipe, extra, tmp_path):
     import statistics
 
