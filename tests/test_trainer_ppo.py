@@ -22,9 +22,10 @@ def _trainer(tmp_path, *overrides, separate=False):
     model, tok = load_model_and_tokenizer(cfg)
     critic = None
     if separate:
+        from rlft.config.load_plan import load_plan
         from rlft.stages.common.episode_setup import separate_critic
 
-        critic = separate_critic(cfg)
+        critic = separate_critic(cfg, load_plan(cfg))
     wrapped = PolicyWithValueHead(get_peft_model(model, lora_config(cfg, model)), hidden_size_of(model), critic)
     torch.nn.init.normal_(wrapped.value_head.weight, std=0.05)  # non-zero values: the value path is exercised
     trainer = RlftPPOTrainer(model=wrapped, args=training_arguments(cfg, str(tmp_path)), processing_class=tok,

@@ -10,6 +10,7 @@ from rlft.config.compose import Composed
 from rlft.errors import RunError
 
 if TYPE_CHECKING:
+    from rlft.config.load_plan import LoadPlan
     from rlft.config.schema import RlftConfig
 
 
@@ -59,23 +60,23 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     return factory, guard, train, evals
 
 
-def _trainable_model(cfg: RlftConfig):
+def _trainable_model(plan: LoadPlan, checkpointing: bool):
     """(the starting model with LoRA, or all its weights trainable; the bare model)."""
     from peft import get_peft_model
 
-    from rlft.models.loading import load_policy, lora_config
+    from rlft.models.loading import peft_config, policy
 
-    model = load_policy(cfg)
-    if cfg.train.gradient_checkpointing:
+    model = policy(plan)
+    if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    peft_cfg = lora_config(cfg, model)
+    peft_cfg = peft_config(plan, model)
     return (get_peft_model(model, peft_cfg) if peft_cfg is not None else model), model
 
 
-def separate_critic(cfg: RlftConfig):
-    """A critic model of its own (`ppo.value_model: separate`): a second copy of the starting model, with its own
-    LoRA of the same settings (or all its weights trained)."""
-    critic, model = _trainable_model(cfg)
+def separate_critic(cfg: RlftConfig, plan: LoadPlan):
+    """A critic model of its own (`ppo.value_model: separate`): a second copy of the starting model (`plan`: the
+    config's load plan), with its own LoRA of the same settings (or all its weights trained)."""
+    critic, model = _trainable_model(plan, cfg.train.gradient_checkpointing)
     out, emb = model.get_output_embeddings(), model.get_input_embeddings()
     if out is not None and emb is not None and out.weight is not emb.weight:
         # the value head reads the hidden state, so an untied LM head gets no gradient (and DDP wants none unused)
@@ -83,16 +84,18 @@ def separate_critic(cfg: RlftConfig):
     return critic
 
 
-def policy_with_value_head(cfg: RlftConfig, kl_coef: float, separate: bool = False):
+def policy_with_value_head(cfg: RlftConfig, plan: LoadPlan, kl_coef: float, separate: bool = False):
     """(the policy with LoRA and a value head on its last hidden state, or with `separate` on a critic model of its
-    own; the frozen KL reference or None when the adapter-disabled policy is it)."""
-    from rlft.models.loading import load_policy, load_reference
+    own; the frozen KL reference or None when the adapter-disabled policy is it), loaded from `plan` (the config's
+    load plan)."""
+    from rlft.models import loading
     from rlft.models.value_head import PolicyWithValueHead, hidden_size_of
 
-    policy, model = _trainable_model(cfg)
-    wrapped = PolicyWithValueHead(policy, hidden_size_of(model), separate_critic(cfg) if separate else None)
-    ref = load_reference(cfg) if kl_coef > 0 else None
+    policy, model = _trainable_model(plan, cfg.train.gradient_checkpointing)
+    critic = separate_critic(cfg, plan) if separate else None
+    wrapped = PolicyWithValueHead(policy, hidden_size_of(model), critic)
+    ref = loading.reference(plan) if kl_coef > 0 else None
     if ref is None and not hasattr(policy, "disable_adapter") and kl_coef > 0:
         # full fine-tuning: no adapter to disable, so a frozen copy of the starting weights
-        ref = load_policy(cfg).eval().requires_grad_(False)
+        ref = loading.policy(plan).eval().requires_grad_(False)
     return wrapped, ref

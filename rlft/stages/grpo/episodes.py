@@ -53,10 +53,12 @@ class EpisodeGRPOStage(LoopStage):
     def check_inputs(self) -> None:
         """Tokenizer, the environment and its tasks, the minibatch layout: before the run folder, so a bad input
         leaves nothing behind."""
-        from rlft.models.loading import load_policy_tokenizer
+        from rlft.config.load_plan import load_plan
+        from rlft.models.loading import tokenizer
 
         cfg = self.cfg
-        self.tokenizer = load_policy_tokenizer(cfg)
+        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
+        self.tokenizer = tokenizer(self.plan)
         self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
         check_layout(cfg)
         self.algorithm = episode_grpo_algorithm(cfg, len(self.train_rows))
@@ -72,7 +74,7 @@ class EpisodeGRPOStage(LoopStage):
 
         cfg, s = self.cfg, self.algorithm.schedule
         self.interrupt_hooks(ctx)
-        wrapped, ref = policy_with_value_head(cfg, cfg.grpo.kl_penalty_coef)  # the loop's model
+        wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.grpo.kl_penalty_coef)  # the loop's model
         args = common_training_args(cfg, str(ctx.run.checkpoints))
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:

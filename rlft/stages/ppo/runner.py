@@ -57,7 +57,8 @@ class PPOStage(LoopStage):
         the prompts themselves: before the run folder, so a bad input leaves nothing behind. The evaluation samples
         fresh completions per evaluation prompt (`eval:` over PPO's defaults: one sample at PPO's sampling settings)
         through the same code as GRPO's eval, or is None when data.eval_prompts is 0."""
-        from rlft.models.loading import load_policy_tokenizer
+        from rlft.config.load_plan import load_plan
+        from rlft.models.loading import tokenizer
         from rlft.rollout import stage_evaluation
         from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts,
                                                     prompt_set, reward_suite)
@@ -70,11 +71,13 @@ class PPOStage(LoopStage):
         self.train_rows = self.evals = []
         if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
             self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
-            self.tokenizer = load_policy_tokenizer(cfg)
+        else:
+            train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
+            defaults, extra_suite = ppo_eval_defaults(cfg), eval_reward_suite(cfg, self.composed)
+        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
+        self.tokenizer = tokenizer(self.plan)
+        if cfg.env.name:
             return
-        train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
-        defaults, extra_suite = ppo_eval_defaults(cfg), eval_reward_suite(cfg, self.composed)
-        self.tokenizer = load_policy_tokenizer(cfg)
         dataset, rows = prepare_prompts(cfg, self.tokenizer, train, evals)
         self.train_rows = dataset.to_list()
         self.evaluation = stage_evaluation(cfg, rows, self.tokenizer, self.suite, defaults, cfg.ppo.batch_size,
@@ -87,7 +90,7 @@ class PPOStage(LoopStage):
 
         cfg = self.cfg
         self.interrupt_hooks(ctx)
-        wrapped, ref = policy_with_value_head(cfg, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
+        wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         self.loop_trainer(ctx, wrapped, ref, training_arguments(cfg, str(ctx.run.checkpoints)), self.train_rows,
