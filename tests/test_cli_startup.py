@@ -141,3 +141,15 @@ def test_the_schema_reads_its_annotations_as_get_type_hints_does():
     walk(RlftConfig)
     walk(RewardConfig)
     assert len(seen) > 15  # every section, the stages' own and their sub-sections
+
+
+def test_validate_config_reads_the_data_for_memory_only_when_the_limits_do_not_fit():
+    # the data's plan never exceeds the limits' plan: it (the tokenizer, jinja2's template) is only needed to
+    # decide a warning the limits' plan would give
+    args = ["validate-config", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml"]
+    for extra, read in (([], False), (["hw.device_memory_gb=0.3"], True)):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlft.cli", *args, *extra],
+                              capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        loaded = {m.partition(".")[0] for m in imported_modules(proc.stderr)}
+        assert ("jinja2" in loaded) is read and ("hw.device_memory_gb" in proc.stderr) is read, extra

@@ -48,15 +48,19 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
 
 def _memory_warning(cfg, composed, hw: str) -> None:
     """validate-config names a planned peak above the device's memory (silent without the model's config.json).
-    It plans with the sequence lengths `rlft plan` plans with: the training data's longest rows where they are
-    readable here (a GRPO prompt as long as the data's longest plus grpo.max_tokens, not train.max_seq_length),
-    else the config's limits. A config.json that is there but damaged (a size that is not a whole number in
-    range) skips the check with one warning naming file and field."""
+    It warns on the plan `rlft plan` makes: with the training data's longest rows where they are readable here
+    (a GRPO prompt as long as the data's longest plus grpo.max_tokens, not train.max_seq_length), else at the
+    config's limits. The data's lengths are capped by the limits, so that plan never exceeds the one at the
+    limits: the data is read (tokenizer, chat template) only when the limits' plan does not fit. A config.json
+    that is there but damaged (a size that is not a whole number in range) skips the check with one warning
+    naming file and field."""
     from rlft.plan import plan_for
     from rlft.plan.model_shape import DamagedConfig, ShapeError
 
     try:
-        plan = plan_for(cfg, hw)
+        plan = plan_for(cfg, hw, from_data=False)  # cheap: no tokenizer, template or data read
+        if plan.fits is False:
+            plan = plan_for(cfg, hw)
     except DamagedConfig as exc:
         print_problems([Problem("model.name_or_path", composed.layer_of("model.name_or_path"),
                                  f"memory not planned: {exc}", level="warning")])
