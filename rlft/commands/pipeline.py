@@ -39,8 +39,7 @@ def pipeline_validate(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] 
 def pipeline_show(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIPE_OVERRIDES,
                   hw: str = PIPE_HW) -> None:
     """Print each stage's resolved config with the layer of every key and what its reference is."""
-    from rlft.config.init_from import describe_reference
-    from rlft.config.render import render_yaml
+    from rlft.config.render import describe_reference, render_yaml
     from rlft.config.stages import SPECS
 
     pipe, checked = _load_pipeline(path, overrides, hw)

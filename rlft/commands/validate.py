@@ -32,14 +32,12 @@ def show_config(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[
                 overrides: Optional[List[str]] = OVERRIDES_ARG,
                 explain: bool = typer.Option(False, "--explain", help="Name the layer that set each key.")) -> None:
     """Print the resolved config as YAML (with --explain: where each value came from)."""
-    from rlft.config.render import explain_notes, render_yaml
+    from rlft.config.render import describe_reference, explain_notes, render_yaml
 
     hw = auto_hw(hw)
     cfg, composed = load(stage, hw, config, overrides)
     typer.echo(render_yaml(cfg, composed if explain else None), nl=False)
     if explain:
-        from rlft.config.init_from import describe_reference
-
         for note in explain_notes(cfg):
             typer.echo(note)
         typer.echo(f"# reference (model.ref={cfg.model.ref}): "

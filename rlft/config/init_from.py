@@ -196,18 +196,3 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
     model["init_from"] = str(root)
     # a layer of its own, so `show-config --explain` says these values came from init_from
     c.layers.append(Layer(f"implied by model.init_from ({where})", {"model": implied}))
-
-
-def describe_reference(ref: Any, init_from: Any, init_mode: str) -> str:
-    """What the reference weights are, in words (for `show-config --explain`)."""
-    if ref in (None, "none", ""):
-        return "no reference model"
-    if ref == "init":
-        if not init_from:
-            return "`init` without model.init_from: the base model"
-        return f"the model this stage starts from (run {init_from}, its adapter merged), frozen"
-    if ref == "base":
-        if init_from:
-            return "the original base model, before any earlier stage's adapter, frozen"
-        return "the base model (this run's adapter disabled), frozen"
-    return f"the checkpoint {ref}, frozen"

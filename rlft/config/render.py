@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -148,3 +149,18 @@ def explain_notes(cfg: RlftConfig) -> list[str]:
         notes += spec.explain(cfg)
     notes.append("# " + chat_template_note(cfg))
     return notes
+
+
+def describe_reference(ref: Any, init_from: Any, init_mode: str) -> str:
+    """What the reference weights are, in words (for `show-config --explain`)."""
+    if ref in (None, "none", ""):
+        return "no reference model"
+    if ref == "init":
+        if not init_from:
+            return "`init` without model.init_from: the base model"
+        return f"the model this stage starts from (run {init_from}, its adapter merged), frozen"
+    if ref == "base":
+        if init_from:
+            return "the original base model, before any earlier stage's adapter, frozen"
+        return "the base model (this run's adapter disabled), frozen"
+    return f"the checkpoint {ref}, frozen"

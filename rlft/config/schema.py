@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass, make_dataclass
 from functools import cache
 from typing import Any, Optional, Union, get_args, get_origin
 
-from rlft.config.fields import F
+from rlft.config.fields import F, config_section
 from rlft.config.names import TOO_LONG_MODES
 from rlft.config.stages import DEFAULT_STAGE, HARDWARE, STAGES, sampling_stages, stage_sections  # noqa: F401 - HARDWARE re-exported
 
@@ -24,7 +24,7 @@ SAMPLING_STAGES = sampling_stages()  # stages that generate and score completion
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-@dataclass
+@config_section
 class ModelConfig:
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny "
                                   "model).")
@@ -45,7 +45,7 @@ class ModelConfig:
                                    "learn).", gt=0, le=2)
 
 
-@dataclass
+@config_section
 class LoraConfig:
     enabled: bool = F(True, "Train a LoRA adapter (true) or the full model (false).")
     r: int = F(16, "LoRA rank (8-32; 8-16 is the usual range for RL).", ge=1, le=1024)
@@ -64,7 +64,7 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
               "sgd", "adamw_bnb_8bit", "paged_adamw_32bit"]
 
 
-@dataclass
+@config_section
 class TrainConfig:
     learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e "
                                    "(Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x "
@@ -104,7 +104,7 @@ class TrainConfig:
                                   "wandb (local files in the run folder).", factory=list)
 
 
-@dataclass
+@config_section
 class DataConfig:
     train: Optional[str] = F(None, "Training data: jsonl, json, csv, parquet or a saved datasets folder; `demo` = "
                                    "built-in GRPO task.")
@@ -130,7 +130,7 @@ class DataConfig:
                               "first N rows of data.eval, or of data.train without it (0 = no eval).", ge=0)
 
 
-@dataclass
+@config_section
 class RewardConfig:
     fn: str = F(MISSING, "Built-in name, `package.module:function` or `path/to/file.py:function`.")
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
@@ -141,7 +141,7 @@ class RewardConfig:
                                          "thread.", gt=0)
 
 
-@dataclass
+@config_section
 class EvalConfig:
     samples_per_prompt: Optional[int] = F(None, "Completions sampled per evaluation prompt; null = the stage's own "
                                                 "(GRPO: group_size, RS-SFT/AWR: num_samples_per_prompt, PPO: 1, "
@@ -167,7 +167,7 @@ class EvalConfig:
                                          "total, the training reward or pass@n.", factory=list)
 
 
-@dataclass
+@config_section
 class EnvConfig:
     name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, "
                                   "`package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); "
@@ -187,7 +187,7 @@ class EnvConfig:
 MAX_MACHINES = 4096
 
 
-@dataclass
+@config_section
 class HardwareConfig:
     name: str = F("cpu", "Hardware profile name.")
     device: str = F("cpu", "Where the model runs.", choices=["cpu", "mps", "cuda", "auto"])
@@ -225,7 +225,7 @@ class HardwareConfig:
 SLURM_TIME = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
 
 
-@dataclass
+@config_section
 class SlurmConfig:
     nodes: Optional[int] = F(None, "Nodes to allocate (`#SBATCH --nodes`), one task each; null = hw.num_machines, "
                                    "which it must equal when set.", ge=1, le=MAX_MACHINES)
@@ -244,7 +244,7 @@ class SlurmConfig:
 ACTIONS = ["warn", "stop", "rollback"]
 
 
-@dataclass
+@config_section
 class MonitorConfig:
     grad_norm_warn: float = F(5.0, "Gradient norm above this is a warning.", gt=0)
     grad_norm_critical: float = F(10.0, "Gradient norm above this (or NaN) is critical.", gt=0)
@@ -307,7 +307,7 @@ def _config_class():
         ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the "
                              "trainer's config).", factory=dict)),
     ]
-    cls = make_dataclass("RlftConfig", head + stages + tail)
+    cls = make_dataclass("RlftConfig", head + stages + tail, repr=False, eq=False)
     cls.__module__ = __name__
     cls.__doc__ = "A whole rlft config: one attribute per section (`cfg.train`, `cfg.grpo`, ...)."
     return cls

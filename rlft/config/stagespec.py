@@ -94,7 +94,8 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-@dataclass(frozen=True)
+# one instance per stage, looked up by name: no value equality or 31-field repr to build at every start
+@dataclass(frozen=True, eq=False, repr=False)
 class StageSpec:
     name: str                               # `--stage` value and the profile `configs/stages/<name>.yaml`
     section: str | None                     # its config section (`grpo:`), None when it has none

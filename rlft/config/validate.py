@@ -14,7 +14,6 @@ from typing import Any
 
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
-from rlft.config.init_from import resolve_init_from
 from rlft.config.lr import resolve_learning_rate
 from rlft.config.preference_lengths import check_prompt_length
 from rlft.config.schema import (SLURM_TIME, FieldSpec, RewardConfig, RlftConfig, _unwrap, from_dict, leaf_specs,
@@ -341,8 +340,8 @@ def _check_slurm(c: Composed, problems: list[Problem]) -> None:
 
 def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
     for key in ("rewards", "eval.rewards"):  # the training rewards and the eval-only ones resolve alike
-        rewards = _get(c.data, key) or []
-        if not isinstance(rewards, list):
+        rewards = _get(c.data, key)
+        if not rewards or not isinstance(rewards, list):
             continue
         from rlft.rewards.registry import check_reward_spec, module_search_dir
 
@@ -367,14 +366,14 @@ def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
 
 
 def _check_data(c: Composed, problems: list[Problem], trains: bool = True) -> None:
-    from rlft.data.peek import DataError, check_columns
-
     d = c.data
     cols = [_get(d, key) for key in STAGE_SPECS[c.stage].data_columns]
     for key in ("data.train", "data.eval"):
         path = _get(d, key)
         if not isinstance(path, str) or path == "demo" or path.startswith("builtin:"):
             continue
+        from rlft.data.peek import DataError, check_columns  # a file to read: csv and json only then
+
         try:
             for msg in check_columns(path, [x for x in cols if isinstance(x, str)], key=key):
                 problems.append(Problem(key, c.layer_of(key), msg))
@@ -532,7 +531,9 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
     """Return the typed config and warnings; raise ConfigError with every error (and warning). `trains=False`
     (eval, rewards try: the config only samples and scores) skips the checks that its data fills a training step."""
     problems: list[Problem] = []
-    if check_files:
+    if check_files and _get(c.data, "model.init_from"):
+        from rlft.config.init_from import resolve_init_from  # reads an earlier run: only a config that names one
+
         resolve_init_from(c, problems)  # may name the base model, which `auto` learning rates read
     resolve_learning_rate(c, problems)
     if "rewards" in c.data and c.data["rewards"] is None:

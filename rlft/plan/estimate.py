@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.config.stagespec import SEPARATE_REFERENCE, MemoryProfile, Reference, sft_profile
 from rlft.plan import terms as T
-from rlft.plan.lengths import DataBasis
 from rlft.plan.model_shape import ModelShape
+
+if TYPE_CHECKING:  # a plan at the config's limits (validate-config's) reads no data: lengths stays unloaded
+    from rlft.plan.lengths import DataBasis
 
 
 @dataclass

@@ -3,15 +3,14 @@ with those weights, in rounds; the loop is shared with RS-SFT (rlft.stages.sampl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
+from rlft.config.fields import F, config_section, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import AWR_BASELINES
 from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
                                    StageChecks, StageSpec, sample_then_sft_profile, sft_trl_checks)
 
 
-@dataclass
+@config_section
 class AWRConfig:
     advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = "
                                    "stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / "

@@ -3,16 +3,15 @@ DPOTrainer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
-from rlft.config.fields import F
+from rlft.config.fields import F, config_section
 from rlft.config.preference_lengths import explain
 from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, \
     StageChecks, StageSpec, is_number, preference_profile, reference_held
 
 
-@dataclass
+@config_section
 class DPOConfig:
     beta: float = F(0.1, "Preference strength / implicit KL coefficient (0.01-0.5).", gt=0, le=5)
     label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting); the label-flip "

@@ -3,10 +3,9 @@ over TRL's GRPOTrainer (single-turn), or rlft's own loop over multi-turn episode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
-from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
+from rlft.config.fields import F, config_section, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import GRPO_BASELINES, IS_LEVELS, LOSS_AGGREGATIONS, POLICY_LOSSES
 from rlft.config.stagespec import BASE_HEALTH, ONLINE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, \
     StageSpec, fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
@@ -16,7 +15,7 @@ from rlft.config.stagespec import BASE_HEALTH, ONLINE_METRICS, TRAIN_METRICS, Da
 TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
 
 
-@dataclass
+@config_section
 class StreamMinibatchConfig:
     groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: "
                                               "grpo.batch_size (null = grpo.batch_size; another value is "
@@ -27,7 +26,7 @@ class StreamMinibatchConfig:
                                              "sampled. Still on-policy. null = off.", ge=1, le=64)
 
 
-@dataclass
+@config_section
 class GRPOConfig:
     group_size: int = F(4, "Completions per prompt (default 4, useful range 2-16).", ge=2, le=64)
     batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)

@@ -3,16 +3,15 @@ experimental ORPOTrainer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
-from rlft.config.fields import F
+from rlft.config.fields import F, config_section
 from rlft.config.preference_lengths import explain
 from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, \
     DataLengths, MemoryProfile, Reference, StageSpec, preference_profile
 
 
-@dataclass
+@config_section
 class ORPOConfig:
     beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)

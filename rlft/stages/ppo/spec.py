@@ -4,17 +4,16 @@ losses, a KL penalty in the per-token reward and an adaptive controller; single-
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
-from rlft.config.fields import F, AsyncConfig, max_tokens_field, temperature_field, top_p_field
+from rlft.config.fields import F, config_section, AsyncConfig, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KL_PENALTIES
 from rlft.config.stagespec import (BASE_HEALTH, ONLINE_METRICS, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits,
                                    MemoryProfile, StageChecks, StageSpec, fewer_sampled_rows, is_number,
                                    kl_control_note, prompt_tokens, reference_held, shorter_sequences)
 
 
-@dataclass
+@config_section
 class PPOConfig:
     batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
     mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates "

@@ -3,15 +3,14 @@ in rounds; the loop is shared with AWR (rlft.stages.sampled_sft)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from rlft.config.fields import F, max_tokens_field, temperature_field, top_p_field
+from rlft.config.fields import F, config_section, max_tokens_field, temperature_field, top_p_field
 from rlft.config.names import KEEP_RULES
 from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
                                    StageSpec, sample_then_sft_profile, sft_trl_checks)
 
 
-@dataclass
+@config_section
 class RSSFTConfig:
     num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
     keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above "
