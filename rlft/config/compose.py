@@ -75,6 +75,7 @@ def display_path(path: Path) -> str:
 
 @dataclass
 class Layer:
+    """One layer of a config: a profile, a user's file or the command line, as parsed."""
     name: str                         # "configs/stages/grpo.yaml" or "command line"
     data: dict
     lines: dict[str, int] = field(default_factory=dict)  # key path -> line in the file

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class Problem:
+    """One error or warning about a config key, naming the layer that set it."""
     key: str      # dotted key path, or a pseudo-key such as "(yaml)" or "--stage"
     layer: str    # the file (with line) or "command line" that set it
     message: str  # what is wrong and what is allowed

@@ -20,11 +20,13 @@ def F(default: Any = MISSING, help: str = "", *, ge=None, gt=None, le=None, lt=N
 
 # A config section's dataclass: only its __init__ is generated. Sections are shown and compared key by key
 # (to_dict, render_yaml, the resume check), never by repr or ==, and each generated method is compiled at every start.
+# (Every dataclass here has a docstring: without one, dataclass renders its whole signature into __doc__ at import.)
 config_section = dataclass(repr=False, eq=False)
 
 
 @config_section
 class AsyncConfig:
+    """`async:` off-policy sampling by a copy of the policy (GRPO, PPO)."""
     max_steps_off_policy: Optional[int] = F(None, "Async off-policy training: a sampler copy of the policy runs up to "
                                                   "this many training iterations (GRPO) or updates (PPO) ahead of the "
                                                   "learner, with weights at most that old; an older batch is dropped "

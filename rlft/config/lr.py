@@ -9,7 +9,6 @@ LR ∝ √batch rule, with the rate taken as tuned for a batch of N.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -57,6 +56,8 @@ def model_shape(name: str) -> tuple[int, str]:
     path = local if local.is_file() else _hub_config(name)
     if path is None:
         raise ValueError(f"no config.json for `{name}` here (not a local folder, not in the hub cache)")
+    import json  # a model's own config.json: not for the default `tiny`
+
     config = json.loads(path.read_text())
     hidden = config.get("hidden_size") or (config.get("text_config") or {}).get("hidden_size")
     if not isinstance(hidden, int):
@@ -92,7 +93,7 @@ def resolve_learning_rate(c: Composed, problems: list[Problem]) -> None:
         lora = _get(data, "lora.enabled") is not False
         try:
             hidden, model_type = model_shape(str(name))
-        except (ValueError, OSError, json.JSONDecodeError) as exc:
+        except (ValueError, OSError) as exc:  # json.JSONDecodeError is a ValueError
             problems.append(Problem("train.learning_rate", c.layer_of("train.learning_rate"),
                                     f"`auto` needs the model's hidden size: {exc}; set a number instead"))
             train.pop("learning_rate", None)  # reported here; not again as a wrong type

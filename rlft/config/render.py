@@ -112,7 +112,6 @@ def sampled_sft_schedule(cfg: RlftConfig, what: str) -> str:
 
 def chat_template_note(cfg: RlftConfig) -> str:
     """What data.chat_template will do with this model, decided without loading it where a file says so."""
-    import json
     import os
 
     mode, model = cfg.data.chat_template, cfg.model.name_or_path
@@ -120,6 +119,8 @@ def chat_template_note(cfg: RlftConfig) -> str:
     if model == "tiny":
         has = True  # rlft's tiny tokenizer carries a ChatML template
     elif os.path.isdir(os.path.expanduser(model)):
+        import json  # a local model's tokenizer_config.json: not for the default `tiny`
+
         folder = Path(os.path.expanduser(model))
         has = (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file()
         try:

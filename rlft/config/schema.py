@@ -26,6 +26,7 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 @config_section
 class ModelConfig:
+    """`model:` the model to fine-tune, how it is loaded, and its frozen reference."""
     name_or_path: str = F("tiny", "Model to fine-tune: a local folder, a hub id, or `tiny` (rlft's built-in tiny "
                                   "model).")
     ref: Optional[str] = F(None, "Frozen reference for KL/DPO: `base` = the original base model (the adapter disabled "
@@ -47,6 +48,7 @@ class ModelConfig:
 
 @config_section
 class LoraConfig:
+    """`lora:` the LoRA adapter (or full fine-tuning when disabled)."""
     enabled: bool = F(True, "Train a LoRA adapter (true) or the full model (false).")
     r: int = F(16, "LoRA rank (8-32; 8-16 is the usual range for RL).", ge=1, le=1024)
     lora_alpha: Optional[int] = F(32, "LoRA alpha scaling, usually 2 x r.", ge=1)
@@ -66,6 +68,7 @@ OPTIMIZERS = ["adamw_torch", "adamw_torch_fused", "adamw_8bit", "paged_adamw_8bi
 
 @config_section
 class TrainConfig:
+    """`train:` optimizer, schedule, precision, logging and checkpoints."""
     learning_rate: float = F(1e-5, "Peak learning rate, or `auto`: 5e-5 x 10 with LoRA x (2000 / hidden_size) ** e "
                                    "(Llama e=0.781, Qwen e=0.0775, hidden size read from the model's config.json) x "
                                    "train.rl_lr_factor.", gt=0, le=1)
@@ -106,6 +109,7 @@ class TrainConfig:
 
 @config_section
 class DataConfig:
+    """`data:` the datasets, their columns and how prompts are rendered."""
     train: Optional[str] = F(None, "Training data: jsonl, json, csv, parquet or a saved datasets folder; `demo` = "
                                    "built-in GRPO task.")
     eval: Optional[str] = F(None, "Optional evaluation data (same formats).")
@@ -132,6 +136,7 @@ class DataConfig:
 
 @config_section
 class RewardConfig:
+    """One entry of `rewards:`: a reward function, its weight and keyword arguments."""
     fn: str = F(MISSING, "Built-in name, `package.module:function` or `path/to/file.py:function`.")
     weight: float = F(1.0, "Weight in the total reward (negative for penalties).")
     kwargs: dict = F(help="Keyword arguments passed to the function.", factory=dict)
@@ -143,6 +148,7 @@ class RewardConfig:
 
 @config_section
 class EvalConfig:
+    """`eval:` how every sampling stage samples its evaluation (null keys: the stage's own settings)."""
     samples_per_prompt: Optional[int] = F(None, "Completions sampled per evaluation prompt; null = the stage's own "
                                                 "(GRPO: group_size, RS-SFT/AWR: num_samples_per_prompt, PPO: 1, "
                                                 "DPO/ORPO: 4). With n > 1 the eval reports mean@n and pass@n.",
@@ -169,6 +175,7 @@ class EvalConfig:
 
 @config_section
 class EnvConfig:
+    """`env:` the environment of multi-turn (tool-use) episodes."""
     name: Optional[str] = F(None, "Environment class for multi-turn episodes: built-in `toolsim`, "
                                   "`package.module:Class` or `path/to/file.py:Class` (resolved like reward functions); "
                                   "null = single-turn completions scored by `rewards`.")
@@ -189,6 +196,7 @@ MAX_MACHINES = 4096
 
 @config_section
 class HardwareConfig:
+    """`hw:` the hardware profile: device, processes, distributed options."""
     name: str = F("cpu", "Hardware profile name.")
     device: str = F("cpu", "Where the model runs.", choices=["cpu", "mps", "cuda", "auto"])
     distributed_strategy: str = F("none", "Multi-process strategy.", choices=["none", "ddp", "fsdp", "deepspeed"])
@@ -227,6 +235,7 @@ SLURM_TIME = r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\
 
 @config_section
 class SlurmConfig:
+    """`slurm:` the SLURM batch script that `rlft train --dry-run` writes."""
     nodes: Optional[int] = F(None, "Nodes to allocate (`#SBATCH --nodes`), one task each; null = hw.num_machines, "
                                    "which it must equal when set.", ge=1, le=MAX_MACHINES)
     gpus_per_node: Optional[int] = F(None, "GPUs per node (`#SBATCH --gpus-per-node`); null = hw.num_processes on "
@@ -246,6 +255,7 @@ ACTIONS = ["warn", "stop", "rollback"]
 
 @config_section
 class MonitorConfig:
+    """`monitor:` health rules and their actions."""
     grad_norm_warn: float = F(5.0, "Gradient norm above this is a warning.", gt=0)
     grad_norm_critical: float = F(10.0, "Gradient norm above this (or NaN) is critical.", gt=0)
     kl_warn: float = F(0.2, "KL to the reference above this is a warning.", gt=0)
@@ -307,9 +317,9 @@ def _config_class():
         ("trl", dict, F(help="Passthrough of TRL trainer-config options rlft does not model (checked against the "
                              "trainer's config).", factory=dict)),
     ]
-    cls = make_dataclass("RlftConfig", head + stages + tail, repr=False, eq=False)
+    doc = "A whole rlft config: one attribute per section (`cfg.train`, `cfg.grpo`, ...)."
+    cls = make_dataclass("RlftConfig", head + stages + tail, namespace={"__doc__": doc}, repr=False, eq=False)
     cls.__module__ = __name__
-    cls.__doc__ = "A whole rlft config: one attribute per section (`cfg.train`, `cfg.grpo`, ...)."
     return cls
 
 

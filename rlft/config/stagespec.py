@@ -97,6 +97,7 @@ def is_number(v: Any) -> bool:
 # one instance per stage, looked up by name: no value equality or 31-field repr to build at every start
 @dataclass(frozen=True, eq=False, repr=False)
 class StageSpec:
+    """One stage as the rest of rlft reads it (each field's comment says what it is)."""
     name: str                               # `--stage` value and the profile `configs/stages/<name>.yaml`
     section: str | None                     # its config section (`grpo:`), None when it has none
     runner: str | None                      # "module:function" of `run(cfg, composed, opts)`; None = not built yet
@@ -149,6 +150,7 @@ Lever = tuple[str, dict[str, Any]]  # (the change in words, KEY=VALUE overrides)
 
 @dataclass(frozen=True)
 class Reference:
+    """How a stage holds its frozen reference model, and why, for `rlft plan`."""
     held: str  # NO_REFERENCE, ADAPTER_REFERENCE (the policy with its adapter disabled) or SEPARATE_REFERENCE
     why: str   # in words, for `rlft plan`'s formula column
 

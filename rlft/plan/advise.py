@@ -13,6 +13,7 @@ from rlft.plan.lengths import DataBasis
 
 @dataclass(frozen=True)
 class Lever:
+    """A change that lowers a plan's peak: the knob in words, its overrides and the peak after it."""
     what: str                  # the knob, in words
     overrides: dict[str, Any]  # KEY=VALUE to paste on the command line
     peak: float                # planned peak after the change, bytes

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # a plan at the config's limits (validate-config's) reads no 
 
 @dataclass
 class Plan:
+    """The expected peak memory of one device for a config: its terms, grouped into phases."""
     stage: str
     hw: str
     device: str
@@ -104,6 +105,7 @@ def device_memory(cfg: RlftConfig) -> tuple[float | None, str]:
 
 @dataclass(frozen=True)
 class Precision:
+    """Bytes per value of the frozen weights, matmul outputs and trained parameters under the config's precision."""
     weight_b: int    # frozen weights (and the residual stream) as loaded
     compute_b: int   # matmul outputs: the autocast dtype under bf16/fp16
     train_b: int     # trained parameters, their gradients and AdamW states

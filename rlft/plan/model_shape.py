@@ -33,6 +33,7 @@ QKV_BIAS = {"qwen2", "qwen2_moe"}
 
 @dataclass(frozen=True)
 class ModelShape:
+    """What `rlft plan` reads from a model's config.json."""
     model_type: str
     vocab_size: int
     hidden_size: int

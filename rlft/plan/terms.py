@@ -29,6 +29,7 @@ FUSED_CPU_TEMPORARIES = 8
 
 @dataclass(frozen=True)
 class Term:
+    """One memory term of a plan: its bytes, the phase that holds it and its formula."""
     name: str
     bytes: float
     phase: str

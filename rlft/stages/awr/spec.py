@@ -12,6 +12,7 @@ from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CON
 
 @config_section
 class AWRConfig:
+    """`awr:` advantage-weighted regression's rounds, sampling and weights."""
     advantage_beta: float = F(5.0, "Weight sharpness beta in w = min(exp(beta * advantage), clip_advantage): larger = "
                                    "stronger weighting (1-3 weak, 5-10 strong); beta is 1/tau of Peng et al.'s exp(A / "
                                    "tau).", gt=0, le=100)

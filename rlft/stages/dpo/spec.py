@@ -13,6 +13,7 @@ from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_
 
 @config_section
 class DPOConfig:
+    """`dpo:` direct preference optimization."""
     beta: float = F(0.1, "Preference strength / implicit KL coefficient (0.01-0.5).", gt=0, le=5)
     label_smoothing: float = F(0.0, "Conservative-DPO label smoothing (0, or 0.1 when overfitting); the label-flip "
                                     "probability with loss_type robust.", ge=0, lt=0.5)

@@ -17,6 +17,7 @@ TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
 
 @config_section
 class StreamMinibatchConfig:
+    """`grpo.stream:` training on minibatches of groups as they are sampled."""
     groups_per_batch: Optional[int] = F(None, "Groups in one training iteration, across all minibatches and substeps: "
                                               "grpo.batch_size (null = grpo.batch_size; another value is "
                                               "refused).", ge=1)
@@ -28,6 +29,7 @@ class StreamMinibatchConfig:
 
 @config_section
 class GRPOConfig:
+    """`grpo:` GRPO's groups, batches, loss and sampling."""
     group_size: int = F(4, "Completions per prompt (default 4, useful range 2-16).", ge=2, le=64)
     batch_size: int = F(16, "Prompts per optimizer iteration.", ge=1)
     num_substeps: int = F(1, "Minibatches per iteration, one optimizer step each; must divide batch_size.", ge=1, le=64)

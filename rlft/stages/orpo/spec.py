@@ -13,6 +13,7 @@ from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, PREFERENCE_M
 
 @config_section
 class ORPOConfig:
+    """`orpo:` odds-ratio preference optimization."""
     beta: float = F(0.1, "Odds-ratio weight (0.05-0.2).", gt=0, le=5)
     max_length: int = F(4096, "Longest prompt + answer in tokens (capped by train.max_seq_length).", ge=8)
     max_prompt_length: int = F(2048, "Longest prompt in tokens; longer prompts keep their last tokens.", ge=1)

@@ -15,6 +15,7 @@ from rlft.config.stagespec import (BASE_HEALTH, ONLINE_METRICS, PLAIN_REF, TRAIN
 
 @config_section
 class PPOConfig:
+    """`ppo:` PPO's rollouts, updates, critic and KL penalty."""
     batch_size: int = F(16, "Episodes sampled per PPO update (one update = one rollout + ppo_epochs passes).", ge=1)
     mini_batch_size: int = F(4, "Episodes per forward/backward pass; an optimizer step accumulates "
                                 "train.gradient_accumulation_steps of them. Must divide batch_size.", ge=1)

@@ -12,6 +12,7 @@ from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CON
 
 @config_section
 class RSSFTConfig:
+    """`rs_sft:` rejection-sampling SFT's rounds, sampling and keep rule."""
     num_samples_per_prompt: int = F(4, "Completions sampled per prompt of data.train in each round.", ge=1, le=256)
     keep: str = F("best", "Keep rule: `best` = each prompt's best sample if its total reward is above "
                           "reward_threshold; `above_threshold` = every sample above it.", choices=list(KEEP_RULES))
