@@ -217,7 +217,7 @@ def test_a_separate_critic_takes_the_value_loss_and_the_policy_the_rest(tmp_path
     assert c_norm > 10 * p_norm > 0
     before = _snapshot([q.grad for q in policy if q.grad is not None])
     trainer.args.max_grad_norm = 2 * p_norm
-    total = trainer._clip_grad_norm()
+    total = trainer._clip_each_part()
     assert total == pytest.approx((p_norm ** 2 + c_norm ** 2) ** 0.5, rel=1e-4)
     assert all(torch.equal(a, q.grad) for a, q in zip(before, [q for q in policy if q.grad is not None]))
     assert float(norm([q.grad for q in critic])) == pytest.approx(2 * p_norm, rel=1e-3)

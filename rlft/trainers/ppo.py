@@ -171,7 +171,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 if last_in_step:
                     for param in frozen:
                         param.grad = None
-                    grad_norms.append(self._clip_grad_norm())
+                    grad_norms.append(self._clip_each_part())
                     self.optimizer.step()
                     self.lr_scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
@@ -196,7 +196,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         critic = {id(q) for q in self.accelerator.unwrap_model(self.model).critic_parameters()}
         return [q for q in self.model.parameters() if q.requires_grad and id(q) not in critic]
 
-    def _clip_grad_norm(self) -> float:
+    def _clip_each_part(self) -> float:
         """Clips the gradients at train.max_grad_norm; returns their norm before clipping. With a separate critic the
         policy's and the critic's are clipped each on their own, so a large value loss cannot shrink the policy's
         step (the reported norm is still the whole model's)."""
