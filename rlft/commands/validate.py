@@ -76,15 +76,14 @@ def _memory_warning(cfg, composed, hw: str) -> None:
                                  f"change first", level="warning")])
 
 
-
 def _basis(plan) -> str:
-    """The sequences the warning planned with, in words."""
+    """The sequences the warning planned with, in words (as `rlft plan` words them)."""
+    from rlft.plan.render import tokens_text
+
     if plan.data is None:
         return "at the config's limits"
-    tokens = plan.tokens
-    seq = f"prompts of {tokens['prompt']} + {tokens['completion']} sampled tokens" if "prompt" in tokens else \
-        f"rows of {tokens['train_sequence']} tokens"
-    return f"for the longest rows of {plan.data.source} ({seq})"
+    return f"for the longest rows of {plan.data.source} ({tokens_text(plan.tokens)})"
+
 
 def list_profiles() -> None:
     """List stages, hardware profiles and example configs, one line each."""
