@@ -161,6 +161,36 @@ def test_early_stop_kl_through_the_cli(tmp_path):
     assert bad.returncode == 2 and "ppo.early_stop_kl" in bad.stderr + bad.stdout
 
 
+def test_rollback_kl_through_the_cli(tmp_path):
+    """ppo.rollback_kl from the command line: a bound every step crosses undoes each update's first step (checked on
+    the second), so the policy never moves: the final adapter is the fresh one, eval end equals eval start, every
+    row says `rollback` 1 and the learning rate halves per update (the checkpoint's scheduler keeps it); fsdp and 0
+    are refused."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "cpu", "-c", DEMO, f"train.output_dir={out}",
+                  "ppo.num_episodes=32", "ppo.save_interval=16", "ppo.rollback_kl=1e-12", "train.warmup_ratio=0",
+                  "train.lr_scheduler_type=constant")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    assert [r["rollback"] for r in rows] == [1.0, 1.0], rows
+    lr = rows[0]["learning_rate"] * 2
+    assert [r["learning_rate"] for r in rows] == pytest.approx([lr / 2, lr / 4])
+    import torch
+    from safetensors.torch import load_file
+
+    lora_B = [t for k, t in load_file(out / "final" / "adapter_model.safetensors").items() if "lora_B" in k]
+    assert lora_B and all(not t.any() for t in lora_B)  # PEFT starts B at zero: no step was kept
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval"]["start"]["reward_mean"] == summary["eval"]["end"]["reward_mean"]
+    sched = torch.load(out / "checkpoints" / "checkpoint-2" / "scheduler.pt", weights_only=False)
+    assert sched["base_lrs"] and all(b == pytest.approx(lr / 4) for b in sched["base_lrs"])
+    for bad_args, key in ((["ppo.rollback_kl=0"], "ppo.rollback_kl"), (["--hw", "fsdp", "ppo.rollback_kl=0.01"],
+                                                                       "ppo.rollback_kl")):
+        hw = [] if "--hw" in bad_args else ["--hw", "cpu"]
+        bad = run_cli("validate-config", "--stage", "ppo", *hw, "-c", DEMO, *bad_args)
+        assert bad.returncode == 2 and key in bad.stderr + bad.stdout, bad.stderr + bad.stdout
+
+
 def test_advantage_norm_none_keeps_the_raw_advantages(tmp_path):
     """ppo.advantage_norm: `whiten` (the default) logs advantages of mean ≈ 0 and std ≈ 1; `none` the raw GAE
     advantages, whose spread is the returns' (the demo's rewards are fractions, far below 1)."""

@@ -246,3 +246,78 @@ def test_a_separate_critic_is_saved_and_restored_with_the_value_head(tmp_path):
     shared = _trainer(tmp_path / "shared")
     with pytest.raises(ValueError, match="ppo.value_model"):
         shared.model.load_value_head(tmp_path)
+
+
+def _trainable(trainer):
+    return [q.detach().clone() for q in trainer.model.parameters() if q.requires_grad]
+
+
+@pytest.mark.parametrize("epochs_mini", [(4, 4), (1, 8)])
+def test_rollback_kl_undoes_the_step_that_crosses_it(tmp_path, epochs_mini):
+    """ppo.rollback_kl: a bound every step crosses undoes the update's first step (checked on the next step's first
+    minibatch, or after the last step when there is one): weights and Adam's state as before the update, the
+    learning rate halved (in the scheduler's base_lrs, which checkpoints keep), the schedule still at its planned
+    length, `rollback` 1."""
+    epochs, mini = epochs_mini
+    planned = epochs * 8 // mini
+    trainer = _trainer(tmp_path, f"ppo.mini_batch_size={mini}", f"ppo.ppo_epochs={epochs}",
+                       "train.learning_rate=1e-2", "ppo.rollback_kl=1e-12")
+    trainer.create_optimizer_and_scheduler(num_training_steps=planned)
+    base = list(trainer.lr_scheduler.base_lrs)
+    before = _trainable(trainer)
+    metrics = trainer.optimize(trainer.rollout(0))
+    assert metrics["rollback"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(before, _trainable(trainer)))
+    assert not trainer.optimizer.state  # the first step's moments are gone with it
+    assert trainer.lr_scheduler.base_lrs == [lr / 2 for lr in base]
+    assert trainer.lr_scheduler.last_epoch == planned
+    assert metrics["learning_rate"] == pytest.approx(trainer.lr_scheduler.get_last_lr()[0])
+
+
+def test_rollback_kl_within_the_bound_changes_nothing(tmp_path):
+    """A bound no step reaches: the same weights, optimizer state and learning rate as the update without the key."""
+    runs = []
+    for extra in ([], ["ppo.rollback_kl=1e9"]):
+        trainer = _trainer(tmp_path, "ppo.mini_batch_size=4", "ppo.ppo_epochs=2", "train.learning_rate=1e-2", *extra)
+        trainer.create_optimizer_and_scheduler(num_training_steps=4)
+        metrics = trainer.optimize(trainer.rollout(0))
+        runs.append((_trainable(trainer), metrics, list(trainer.lr_scheduler.base_lrs)))
+    (w0, m0, lr0), (w1, m1, lr1) = runs
+    assert all(torch.equal(a, b) for a, b in zip(w0, w1)) and lr0 == lr1
+    assert m1.pop("rollback") == 0.0 and m0 == m1
+
+
+def test_step_rollback_restores_the_state_before_the_crossing_step():
+    """StepRollback on a plain model and AdamW: a step within the bound stays, the next one past it is undone to
+    the weights and moments after the first, and the learning rate halves (param groups and scheduler)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from rlft.trainers.step_rollback import StepRollback
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    sched = get_linear_schedule_with_warmup(opt, 0, 10)
+    guard = StepRollback(list(model.parameters()), opt, sched, limit=0.5)
+
+    def step():
+        model(torch.randn(4, 3)).pow(2).sum().backward()
+        guard.before_step()
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+
+    step()
+    assert guard.check(0.5) and not guard.undone  # at the bound: kept
+    kept = [q.detach().clone() for q in model.parameters()]
+    moments = [{k: v.clone() for k, v in opt.state[q].items()} for q in model.parameters()]
+    step()
+    assert not torch.equal(kept[0], model.weight)
+    assert not guard.check(0.51) and guard.undone == 1 and not guard.pending
+    assert all(torch.equal(a, b) for a, b in zip(kept, model.parameters()))
+    for q, saved in zip(model.parameters(), moments):
+        assert all(torch.equal(saved[k], opt.state[q][k]) for k in saved)
+    assert sched.base_lrs == [0.05] and opt.param_groups[0]["lr"] == pytest.approx(0.1 * 0.8 / 2)
+    assert sched.get_last_lr() == [opt.param_groups[0]["lr"]]
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05 * 0.7)  # the schedule goes on from the halved rate

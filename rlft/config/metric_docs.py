@@ -114,6 +114,9 @@ PPO: dict[str, Doc] = {
                       "when the warm-up is off", ONE),
     "early_stop": ("the share of the update's optimizer steps skipped by `ppo.early_stop_kl` (0 = every pass ran); "
                    "absent when it is off", ONE),
+    "rollback": ("1 when the update's last optimizer step took the policy past `ppo.rollback_kl` and was undone "
+                 "(the learning rate halved from then on), 0 when every step stayed within it; absent when it is off",
+                 COUNT),
     "episodes": ("episodes trained so far: updates × `ppo.batch_size`", COUNT),
 }
 

@@ -34,7 +34,7 @@ from torch import Tensor
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
-from rlft.algos import default_horizon, make_kl_controller, return_scale
+from rlft.algos import default_horizon, make_kl_controller, masked_mean, return_scale
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.monitor.metrics import eval_row
@@ -43,6 +43,7 @@ from rlft.trainers.collector import RolloutCollector, mean_over_processes
 from rlft.trainers.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.trainers.loop_evaluator import LoopEvaluator
 from rlft.trainers.ppo_batch import PPOBatch
+from rlft.trainers.step_rollback import StepRollback
 from rlft.trainers.value_head_io import ValueHeadCheckpoints
 
 if TYPE_CHECKING:
@@ -150,7 +151,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         # gradients are dropped before each step; a parameter without a gradient is skipped by the optimizer,
         # its weights and moment estimates untouched
         frozen = self._policy_params() if self.critic_warming_up else []
-        stop_kl = getattr(self.section, "early_stop_kl", None)  # PPO's key; episode GRPO's section has none
+        stop_kl = getattr(self.section, "early_stop_kl", None)  # PPO's keys; episode GRPO's section has none
+        rollback = StepRollback.of_section(self.section, model, self.optimizer, self.lr_scheduler)
         planned, steps, stopped = self.schedule.optimizer_steps_per_update, 0, False
         model.train()
         for _ in range(self.section.ppo_epochs):
@@ -161,8 +163,12 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 logp, values, logits_BTV, _ = self._forward(model, minibatch)
                 loss, m = self.loss(minibatch, logp, values, logits_BTV)
                 # checked at a step's first minibatch, on every process alike (the mean is all-reduced)
-                if stop_kl is not None and k % accum == 0 and steps and self._mean(
-                        torch.tensor(m["approx_kl"])) > stop_kl:
+                checked = (stop_kl is not None or rollback) and k % accum == 0 and steps
+                kl = self._mean(torch.tensor(m["approx_kl"])) if checked else None
+                if rollback and rollback.pending and not rollback.check(kl):
+                    stopped = True  # rollback_kl: the last step undone, no further passes this update
+                    break
+                if stop_kl is not None and kl is not None and kl > stop_kl:
                     stopped = True  # early_stop_kl: no further passes this update
                     break
                 m["loss"] = float(loss.detach())
@@ -172,6 +178,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                     for param in frozen:
                         param.grad = None
                     grad_norms.append(self._clip_each_part())
+                    if rollback:
+                        rollback.before_step()
                     self.optimizer.step()
                     self.lr_scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
@@ -181,14 +189,25 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 count += 1
             if stopped:
                 break
+        if rollback and rollback.pending:  # the update's last step, checked on one of its minibatches
+            rollback.check(self._drift(batch.select(minibatches[0])))
         out = {k: self._mean(torch.tensor(v / count)) for k, v in sums.items()}
-        if stop_kl is not None:
+        if stop_kl is not None or rollback:
             for _ in range(planned - steps):  # the schedule counts every planned step (num_training_steps)
                 self.lr_scheduler.step()
+        if stop_kl is not None:
             out["early_stop"] = (planned - steps) / planned
+        if rollback:
+            out["rollback"] = float(rollback.undone)
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
+
+    @torch.no_grad()
+    def _drift(self, mb: PPOBatch) -> float:
+        """The mean approx KL (as the loss logs it) of `mb` from the policy that sampled it, all processes."""
+        logp_BT = self._forward(self.model, mb)[0]
+        return self._mean(masked_mean(0.5 * (logp_BT - mb.logp_old_BT) ** 2, mb.train_mask_BT))
 
     def _policy_params(self) -> list:
         """The trainable parameters outside the value head and a separate critic (the policy's: LoRA's, or all of

@@ -40,6 +40,15 @@ class PPOConfig:
                                              "Stable-Baselines3's target_kl; 0.01-0.05 typical). The skipped steps "
                                              "still advance the learning-rate schedule. null = off (every "
                                              "ppo_epochs pass runs).", gt=0)
+    rollback_kl: Optional[float] = F(None, "A trust region on each optimizer step: after a step, the policy's mean "
+                                           "approx_kl from the sampling policy (as early_stop_kl measures it, on the "
+                                           "next step's first minibatch, or one of the update's minibatches after "
+                                           "its last step) is compared with it; past it the step is undone (weights "
+                                           "and optimizer moments restored), the update ends there and the learning "
+                                           "rate is halved for the rest of the run (kept in checkpoints). For PPO "
+                                           "from a policy that already succeeds, where Adam's steps of about the "
+                                           "learning rate per weight can break it in one update (0.01-0.02 "
+                                           "typical). `rollback` counts the undone steps. null = off.", gt=0)
     value_init: str = F("zero", "The value head's starting bias: `zero`, or `first_batch_mean` = the first "
                                 "update's mean discounted return per action token (in scale_returns' units), so "
                                 "a critic of a policy that already earns its reward does not start at 0 (a "
@@ -126,6 +135,9 @@ def checks(c: StageChecks) -> None:
     if g("ppo.value_model") == "separate" and g("hw.distributed_strategy") == "fsdp":
         c.error("ppo.value_model", "`separate` (a critic model of its own) is not built for "
                 "hw.distributed_strategy fsdp (sharding and saving a second model); use `shared` or --hw ddp")
+    if is_number(g("ppo.rollback_kl")) and g("hw.distributed_strategy") == "fsdp":
+        c.error("ppo.rollback_kl", "undoing a step is not built for hw.distributed_strategy fsdp (sharded weights "
+                "and optimizer state); use ppo.early_stop_kl, or --hw ddp")
     if g("hw.distributed_strategy") == "deepspeed":
         c.error("hw.distributed_strategy", "PPO runs single-process, under ddp or under fsdp; `deepspeed` is not "
                 "supported (generation and the value head under ZeRO-3 are not built); use --hw fsdp")
@@ -204,7 +216,7 @@ SPEC = StageSpec(
              "value_clipfrac", "explained_variance", "kl_policy_ref", "kl_coef", "advantage_mean", "advantage_std",
              "return_mean",
              "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
-             "value_mean", "return_scale", "critic_warmup", "early_stop", *ONLINE_METRICS, *TRAIN_METRICS),
+             "value_mean", "return_scale", "critic_warmup", "early_stop", "rollback", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated", "all_masked_truncated"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),

@@ -1,0 +1,76 @@
+"""`ppo.rollback_kl`: undo an optimizer step that moves the policy too far from the one that sampled the batch.
+
+Why: Adam gives every trainable parameter a step of about the learning rate whatever its gradient's size (on the
+first step after zero gradients, exactly the learning rate times the gradient's sign), so a LoRA policy that already
+succeeds can be pushed past a close token choice by a few steps that PPO's clip never sees (docs/benchmarks.md,
+the real-model tool bench). `early_stop_kl` stops *after* such a step; this keeps a copy of the trainable weights
+and the optimizer's moments before each step and restores them when the next KL check finds the policy past the
+bound, then halves the learning rate for the rest of the run (TRPO's backtracking, for Adam's fixed-size steps).
+
+rlft's own (neither TRL nor accelerate has one). The learning rate is halved through the scheduler's `base_lrs`,
+which its state_dict keeps, so a resumed run goes on at the halved rate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["StepRollback"]
+
+
+class StepRollback:
+    """The weights and optimizer state of `params` as they were before the last optimizer step, to restore."""
+
+    def __init__(self, params: list, optimizer, lr_scheduler, limit: float):
+        self.params = params
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds torch's
+        self.scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)
+        self.limit = limit
+        self.pending = False  # a step was taken and no KL has been checked since
+        self.undone = 0
+        self._weights: list | None = None
+        self._moments: list | None = None
+
+    @classmethod
+    def of_section(cls, section, model, optimizer, lr_scheduler) -> StepRollback | None:
+        """The guard over one update's steps of `model`'s trainable weights; None when `rollback_kl` is off (or
+        the section has no such key: episode GRPO's)."""
+        limit = getattr(section, "rollback_kl", None)
+        if limit is None:
+            return None
+        return cls([q for q in model.parameters() if q.requires_grad], optimizer, lr_scheduler, limit)
+
+    def before_step(self) -> None:
+        """Copies the trainable weights and their optimizer state (Adam's moments and step count)."""
+        with torch.no_grad():
+            self._weights = [p.detach().clone() for p in self.params]
+        self._moments = [None if p not in self.optimizer.state else
+                         {k: v.clone() if torch.is_tensor(v) else v for k, v in self.optimizer.state[p].items()}
+                         for p in self.params]
+        self.pending = True
+
+    def check(self, kl: float) -> bool:
+        """Whether the policy stays within the bound (`kl`: the mean approx KL from the sampling policy, the same on
+        every process); past it, the last step is undone and the learning rate halved."""
+        self.pending = False
+        if kl <= self.limit:
+            return True
+        with torch.no_grad():
+            for p, w in zip(self.params, self._weights):
+                p.copy_(w)
+        for p, saved in zip(self.params, self._moments):
+            if saved is None:
+                self.optimizer.state.pop(p, None)
+            else:
+                self.optimizer.state[p] = saved
+        self._halve_learning_rate()
+        self.undone += 1
+        return False
+
+    def _halve_learning_rate(self) -> None:
+        if hasattr(self.scheduler, "base_lrs"):  # LambdaLR (every transformers schedule): lr = base_lr * factor
+            self.scheduler.base_lrs = [lr / 2 for lr in self.scheduler.base_lrs]
+        for group in self.optimizer.param_groups:
+            group["lr"] /= 2
+        if hasattr(self.scheduler, "_last_lr"):  # the learning_rate metric reads it
+            self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
