@@ -191,6 +191,24 @@ def test_rollback_kl_through_the_cli(tmp_path):
         assert bad.returncode == 2 and key in bad.stderr + bad.stdout, bad.stderr + bad.stdout
 
 
+def test_rollback_kl_under_ddp_keeps_the_processes_in_step(tmp_path):
+    """ppo.rollback_kl on 2 processes: every process undoes the same steps (the KL is all-reduced), so the weights
+    stay in sync, and the learning rate is the configured one halved once per update that undid a step."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "ppo", "--hw", "ddp", "-c", DEMO, "hw.device=cpu", "hw.num_processes=2",
+                  "train.bf16=false", "train.tf32=null", "train.gradient_checkpointing=false", "ppo.num_episodes=64",
+                  "ppo.rollback_kl=0.05", f"train.output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    dist = json.loads((out / "distributed.json").read_text())
+    assert dist["num_processes"] == 2 and dist["in_sync"], dist
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    undone = [r["rollback"] for r in rows]
+    assert set(undone) <= {0.0, 1.0} and len(rows) == 4, undone
+    assert sum(undone) >= 1, undone  # the demo's steps at lr 3e-3 cross 0.05 (3 of 4 updates on this CPU)
+    for i, row in enumerate(rows):
+        assert row["learning_rate"] == pytest.approx(3e-3 / 2 ** sum(undone[:i + 1])), (i, undone)
+
+
 def test_advantage_norm_none_keeps_the_raw_advantages(tmp_path):
     """ppo.advantage_norm: `whiten` (the default) logs advantages of mean ≈ 0 and std ≈ 1; `none` the raw GAE
     advantages, whose spread is the returns' (the demo's rewards are fractions, far below 1)."""
