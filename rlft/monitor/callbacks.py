@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transformers import TrainerCallback
 
+from rlft.monitor.learning_rate import scale_learning_rate
 from rlft.monitor.metrics import eval_row
 
 
@@ -66,14 +67,8 @@ class ApplyConfigChanges(TrainerCallback):
             return control
         if "train.learning_rate" in self.changes:
             old, new = self.changes["train.learning_rate"]
-            ratio = float(new) / float(old)  # a ratio keeps the schedule's position (warmup, decay, rollbacks)
-            for group in optimizer.param_groups:
-                group["lr"] *= ratio
-                if "initial_lr" in group:
-                    group["initial_lr"] *= ratio
-            if hasattr(lr_scheduler, "base_lrs"):
-                lr_scheduler.base_lrs = [lr * ratio for lr in lr_scheduler.base_lrs]
-                lr_scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+            # a ratio keeps the schedule's position (warmup, decay, rollbacks)
+            scale_learning_rate(optimizer, lr_scheduler, float(new) / float(old))
         if "train.weight_decay" in self.changes:
             old, new = self.changes["train.weight_decay"]
             for group in optimizer.param_groups:

@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
+from rlft.monitor.learning_rate import scale_learning_rate
 from rlft.rundir.folder import RunDir, checkpoint_step
 
 
@@ -280,11 +281,7 @@ class HealthMonitor(TrainerCallback):
             with torch.no_grad():
                 model.load_state_dict(self._initial_state, strict=False)
         factor = self.cfg.monitor.rollback_lr_factor
-        for group in trainer.optimizer.param_groups:
-            group["lr"] *= factor
-        sched = trainer.lr_scheduler
-        if hasattr(sched, "base_lrs"):
-            sched.base_lrs = [lr * factor for lr in sched.base_lrs]
+        scale_learning_rate(trainer.optimizer, trainer.lr_scheduler, factor)
         if hasattr(trainer.optimizer, "state"):
             trainer.optimizer.state.clear()  # momentum from the bad steps would push straight back
         if not write:

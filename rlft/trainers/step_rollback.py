@@ -7,13 +7,15 @@ the real-model tool bench). `early_stop_kl` stops *after* such a step; this keep
 and the optimizer's moments before each step and restores them when the next KL check finds the policy past the
 bound, then halves the learning rate for the rest of the run (TRPO's backtracking, for Adam's fixed-size steps).
 
-rlft's own (neither TRL nor accelerate has one). The learning rate is halved through the scheduler's `base_lrs`,
-which its state_dict keeps, so a resumed run goes on at the halved rate.
+rlft's own (neither TRL nor accelerate has one). The learning rate is halved through the scheduler's `base_lrs`
+(rlft.monitor.learning_rate), which its state_dict keeps, so a resumed run goes on at the halved rate.
 """
 
 from __future__ import annotations
 
 import torch
+
+from rlft.monitor.learning_rate import scale_learning_rate
 
 __all__ = ["StepRollback"]
 
@@ -24,7 +26,7 @@ class StepRollback:
     def __init__(self, params: list, optimizer, lr_scheduler, limit: float):
         self.params = params
         self.optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds torch's
-        self.scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)
+        self.scheduler = lr_scheduler
         self.limit = limit
         self.pending = False  # a step was taken and no KL has been checked since
         self.undone = 0
@@ -63,14 +65,6 @@ class StepRollback:
                 self.optimizer.state.pop(p, None)
             else:
                 self.optimizer.state[p] = saved
-        self._halve_learning_rate()
+        scale_learning_rate(self.optimizer, self.scheduler, 0.5)
         self.undone += 1
         return False
-
-    def _halve_learning_rate(self) -> None:
-        if hasattr(self.scheduler, "base_lrs"):  # LambdaLR (every transformers schedule): lr = base_lr * factor
-            self.scheduler.base_lrs = [lr / 2 for lr in self.scheduler.base_lrs]
-        for group in self.optimizer.param_groups:
-            group["lr"] /= 2
-        if hasattr(self.scheduler, "_last_lr"):  # the learning_rate metric reads it
-            self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
