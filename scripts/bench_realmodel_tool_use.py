@@ -17,7 +17,8 @@ episode success rate on as many tasks (one episode each, a fixed seed).
     python scripts/bench_realmodel_tool_use.py --ppo-lr 2e-4 --ppo-value-init first_batch_mean --ppo-critic-warmup 1
 
 Measured (docs/benchmarks.md): ORPO 0.000 -> 0.859; PPO at lr 2e-4 0.875 -> 0.938 with the bench's
-`ppo.rollback_kl: 0.01` (seeds 43-45 kept theirs too), 0.875 -> 0.000 without it (--ppo-set ppo.rollback_kl=null).
+`ppo.rollback_kl: 0.01` (seeds 43-45: 1.000 -> 1.000, 0.938 -> 0.938, 0.938 -> 1.000), 0.875 -> 0.000 without it
+(--ppo-set ppo.rollback_kl=null).
 On a GPU: --hw a100 (with --set train.bf16=false ... for fp32); docs/benchmarks.md has a seed sweep there.
 A benchmark, not a test.
 """
