@@ -267,6 +267,12 @@ def main() -> int:
         return [s.split(":", 1)[1] if ":" in s.split("=", 1)[0] else s for s in opts.set
                 if ":" not in s.split("=", 1)[0] or s.split(":", 1)[0] == name]
 
+    # the tiny model is built once, on this machine's own kernels, before any run under a forced one: torch's
+    # float normal_ differs in the last bit between kernels, so the first run's kernel would otherwise pick the
+    # weights every later run and test reads from the cache
+    build = "from rlft.tiny import ensure_tiny_model; ensure_tiny_model()"
+    subprocess.run([sys.executable, "-c", build], check=True, cwd=ROOT,
+                   env={k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"})
     jobs = [(n, s, k) for n in names for k in kernels for s in seeds]
     print(f"# {len(jobs)} runs: demos {names}, seeds {seeds}, kernels {kernels} (native = {native}), "
           f"{opts.jobs} at a time", flush=True)

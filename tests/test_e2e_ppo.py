@@ -108,6 +108,10 @@ def test_health_rollback_restores_adapter_and_value_head(tmp_path):
     rolled = [h for h in health if h["rule"] == "rollback"]
     assert rolled and rolled[0]["source"] == "checkpoint-2", health
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    # the lower learning rate lasts: the scheduler (accelerate's wrapper here) keeps it, not only the param groups
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "eval_reward" not in r]
+    cut = rolled[0]["lr_factor"] ** len(rolled)
+    assert rows[-1]["learning_rate"] == pytest.approx(rows[0]["learning_rate"] * cut), (rows[0], rows[-1])
 
 
 def _ddp_run(out, *extra) -> list[dict]:
