@@ -181,10 +181,14 @@ def cpu_kernels() -> list[str]:
     return kernels + ["default"]
 
 
+def native_env() -> dict:
+    """This environment without a forced CPU kernel: the machine's own."""
+    return {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+
+
 def native_kernel() -> str:
     code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=native_env())
     return out.stdout.strip().lower() or "unknown"
 
 
@@ -271,8 +275,7 @@ def main() -> int:
     # float normal_ differs in the last bit between kernels, so the first run's kernel would otherwise pick the
     # weights every later run and test reads from the cache
     build = "from rlft.tiny import ensure_tiny_model; ensure_tiny_model()"
-    subprocess.run([sys.executable, "-c", build], check=True, cwd=ROOT,
-                   env={k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"})
+    subprocess.run([sys.executable, "-c", build], check=True, cwd=ROOT, env=native_env())
     jobs = [(n, s, k) for n in names for k in kernels for s in seeds]
     print(f"# {len(jobs)} runs: demos {names}, seeds {seeds}, kernels {kernels} (native = {native}), "
           f"{opts.jobs} at a time", flush=True)

@@ -88,3 +88,12 @@ def test_masked_mean_and_entropy():
     assert masked_mean(x, torch.zeros(2, 2)).item() == 0.0
     logp = torch.tensor([[-0.5, -9.0], [-1.5, -1.0]])
     assert entropy_from_logp(logp, mask).item() == pytest.approx(1.0)
+
+
+def test_approx_kl_worked_numbers():
+    """0.5 * mean over action tokens of the squared log-ratio: (0.5 * (0.04 + 0.16)) / 2 = 0.05; padding ignored."""
+    from rlft.algos import approx_kl
+
+    log_ratio_BT = torch.tensor([[0.2, -0.4, 9.0]])
+    mask_BT = torch.tensor([[1.0, 1.0, 0.0]])
+    assert float(approx_kl(log_ratio_BT, mask_BT)) == pytest.approx(0.05)

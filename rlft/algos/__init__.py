@@ -14,7 +14,7 @@ _MODULES = {
             "fraction_clipped", "normalize_advantages", "weighted_nll"),
     "dynamic": ("pick_groups",),
     "estimators": ("ADVANTAGE_ESTIMATORS", "episode_return_advantages", "gae_advantages"),
-    "kl": ("KL_ESTIMATORS", "KL_PENALTIES", "discounted_future_sum", "entropy_from_logp", "k3_kl",
+    "kl": ("KL_ESTIMATORS", "KL_PENALTIES", "approx_kl", "discounted_future_sum", "entropy_from_logp", "k3_kl",
            "kl_penalty_advantages", "kl_penalty_per_token", "kl_sample_train", "masked_mean"),
     "kl_control": ("AdaptiveKLController", "FixedKLController", "adaptive_kl_update", "default_horizon",
                    "make_kl_controller"),

@@ -21,6 +21,12 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * m).sum() / m.sum().clamp_min(1e-8)
 
 
+def approx_kl(log_ratio_BT: Tensor, mask_BT: Tensor) -> Tensor:
+    """The learner's drift from the sampling policy: 0.5 * mean over action tokens of (log pi - log pi_old)^2
+    (PPO's `approx_kl` metric, and what `early_stop_kl`/`rollback_kl` compare)."""
+    return masked_mean(0.5 * log_ratio_BT**2, mask_BT)
+
+
 def entropy_from_logp(logp_sample: Tensor, mask: Tensor) -> Tensor:
     """Sampling-entropy estimate: -E[log p(sampled token)], as tinker-cookbook logs it."""
     return -masked_mean(logp_sample, mask)

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from rlft.algos.kl import masked_mean
+from rlft.algos.kl import approx_kl, masked_mean
 from rlft.algos.registry import Registry
 
 PolicyLossFn = Callable[..., tuple]
@@ -117,7 +117,7 @@ def _ratio(logp_BT: Tensor, logp_old_BT: Tensor, mask_BT: Tensor, is_level: str)
 
 
 def _drift_metrics(log_ratio_BT: Tensor, ratio: Tensor, mask_BT: Tensor) -> dict:
-    return {"approx_kl": float(masked_mean(0.5 * log_ratio_BT**2, mask_BT)),
+    return {"approx_kl": float(approx_kl(log_ratio_BT, mask_BT)),
             "ratio": float(masked_mean(ratio.expand_as(mask_BT), mask_BT))}
 
 

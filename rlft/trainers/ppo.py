@@ -34,7 +34,7 @@ from torch import Tensor
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
-from rlft.algos import default_horizon, make_kl_controller, masked_mean, return_scale
+from rlft.algos import approx_kl, default_horizon, make_kl_controller, return_scale
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.monitor.metrics import eval_row
@@ -207,7 +207,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     def _drift(self, mb: PPOBatch) -> float:
         """The mean approx KL (as the loss logs it) of `mb` from the policy that sampled it, all processes."""
         logp_BT = self._forward(self.model, mb)[0]
-        return self._mean(masked_mean(0.5 * (logp_BT - mb.logp_old_BT) ** 2, mb.train_mask_BT))
+        return self._mean(approx_kl(logp_BT - mb.logp_old_BT, mb.train_mask_BT))
 
     def _policy_params(self) -> list:
         """The trainable parameters outside the value head and a separate critic (the policy's: LoRA's, or all of
