@@ -83,6 +83,12 @@ def test_run_numbers_and_the_table(tmp_path):
     print_summary(s, tmp_path, Console(file=buf, width=200))
     text = buf.getvalue()
     assert "rlft run summary" in text and "best checkpoint" in text and f"rlft report {tmp_path}" in text
+    # a narrow terminal and a long path: the command a user copies stays on one line
+    deep = tmp_path / ("a-long-folder-name-" * 6) / "run"
+    buf = io.StringIO()
+    print_summary({**s, "report_command": f"rlft report {deep}"}, deep, Console(file=buf, width=40))
+    lines = buf.getvalue().splitlines()
+    assert f"report: rlft report {deep}" in lines and f"run: {deep}" in lines
 
 
 def test_run_numbers_without_metrics(tmp_path):

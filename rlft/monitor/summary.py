@@ -193,14 +193,26 @@ def summary_lines(summary: dict, run_root: Path) -> list[tuple[str, str]]:
     return lines
 
 
+# Rows a user copies (a path, a command): printed after the table on lines of their own that never wrap, so a
+# narrow terminal or a long path cannot split them.
+_COPYABLE = ("run", "best checkpoint", "report")
+
+
 def print_summary(summary: dict, run_root: Path, console=None) -> None:
-    """The table on stderr (Rich)."""
+    """The table on stderr (Rich), then the paths and the report command unwrapped."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    console = console or Console(stderr=True)
     table = Table(title="rlft run summary", show_header=False, title_justify="left", box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    for label, value in summary_lines(summary, run_root):
-        table.add_row(label, value)
-    (console or Console(stderr=True)).print(table)
+    rows = summary_lines(summary, run_root)
+    for label, value in rows:
+        if label not in _COPYABLE:
+            table.add_row(label, value)
+    console.print(table)
+    for label, value in rows:
+        if label in _COPYABLE:
+            console.print(Text.assemble((f"{label}: ", "bold"), value), soft_wrap=True)
