@@ -147,7 +147,7 @@ DEMOS: dict[str, Demo] = {
                     "reward_gain": (">", 0.03), "eval_gain": (">", 0.03)},
                    "test_e2e_kl_control.py::test_ppo_demo_with_kl_on"),
     "kl_grpo": Demo(_pipeline("pipeline_demo.yaml", *KL_GRPO), lambda d: kl_run(d, "pipeline_demo", "03-grpo"),
-                    {"kl_max_window3": ("<", 0.3), "kl_max": ("<", 0.3), "reward_gain": (">", 0.05),
+                    {"kl_max_window3": ("<", 0.3), "kl_max": ("<", 0.45), "reward_gain": (">", 0.05),
                      "eval_gain": (">", 0.0)},
                     "test_e2e_kl_control.py::test_grpo_demo_with_kl_on"),
     "tool_ppo": Demo(_train("ppo", "tool_use_ppo.yaml"), lambda d: episode_ends(d / "run"),

@@ -54,12 +54,13 @@ def test_ppo_demo_with_kl_on(tmp_path):
 @pytest.mark.e2e
 def test_grpo_demo_with_kl_on(tmp_path, pipeline_demo_run):
     """The pipeline demo's GRPO stage with the GRPO profile's KL settings (the demo turns KL off), a sixth of the
-    demo's step size for 150 steps, temperature 0.8 and a constant rate. Measured over seeds 1, 2, 3 x kernels avx2
-    and default (scripts/bench_demos.py --demos kl_grpo): a single step's KL at most 0.078-0.196, training reward
-    gain 0.120-0.242, eval gain 0.014-0.053 under the pipeline's shared `eval:` (AWR already ends at 0.92-0.97 there,
-    so the stage keeps its start rather than adding much; 0.144-0.231 when GRPO measured its start with its own
-    generation batches); seed 42: KL at most 0.268. At lr 1e-3 (100 steps) two runs of six tripped kl_critical. Here
-    the KL stays under the limit mostly because the reference already writes z's.
+    demo's step size for 150 steps, temperature 0.8 and a constant rate. Measured over seeds 1, 2, 3, 42 x kernels
+    avx512, avx2 and default, 1 and 2 threads (scripts/bench_demos.py --demos kl_grpo): a single step's KL at most
+    0.097-0.357 (0.352: seed 42, the test's, on avx512; 0.357: seed 3 on default), the health rule's 3-step mean at
+    most 0.063-0.264, training reward gain 0.100-0.397, eval gain 0.022-0.233 under the pipeline's shared `eval:`
+    (AWR already ends at 0.92-0.97 there, so the stage mostly keeps its start). So no step may reach 0.45, 1.5x the
+    limit. At lr 1e-3 (100 steps) two runs of six tripped kl_critical. Here the KL stays under the limit mostly
+    because the reference already writes z's.
 
     Stages 1 and 2 are the demo's own (conftest's pipeline_demo_run, the same settings): a copy of its folder
     without the GRPO stage, which `pipeline run --resume` trains with KL on."""
@@ -77,4 +78,4 @@ def test_grpo_demo_with_kl_on(tmp_path, pipeline_demo_run):
     assert "stage 3 (grpo): starting grpo" in res.stderr, res.stderr[-3000:]
     root = tmp_path / "runs" / "pipeline_demo"
     stages = json.loads((root / "pipeline_summary.json").read_text())["stages"]
-    _check_kl_held(root / "03-grpo", stages[-1], eval_gain=0.0, reward_gain=0.05)
+    _check_kl_held(root / "03-grpo", stages[-1], eval_gain=0.0, reward_gain=0.05, step_kl_max=0.45)
