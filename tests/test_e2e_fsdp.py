@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, cli_command, one_launch_at_a_time, read_jsonl, run_cli
+from conftest import ROOT, cli_command, multi_process_kwargs, one_launch_at_a_time, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -52,10 +52,21 @@ def _max_diff(a, b):
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+@pytest.fixture(scope="module")
+def grpo_two_processes(tmp_path_factory):
+    """The GRPO demo's two steps on two CPU processes under FSDP and under DDP, {hw: (run folder, CLI result)}:
+    three tests read them, none changes them."""
+    base = tmp_path_factory.mktemp("grpo_two_processes")
+    return {hw: (base / hw, _train(base / hw, "grpo", hw)) for hw in ("fsdp", "ddp")}
+
+
 @pytest.mark.parametrize("stage", list(STAGES))
-def test_every_stage_shards_on_two_cpu_processes(tmp_path, stage):
+def test_every_stage_shards_on_two_cpu_processes(tmp_path, stage, grpo_two_processes):
     out = tmp_path / "run"
-    res = _train(out, stage, "fsdp")
+    if stage == "grpo":
+        out, res = grpo_two_processes["fsdp"]
+    else:
+        res = _train(out, stage, "fsdp")
     d = json.loads((out / "summary.json").read_text())["distributed"]
     assert (d["strategy"], d["fsdp_version"], d["world_size"], d["accelerate_type"]) == ("fsdp", 2, 2, "FSDP"), d
     assert d["params_local_max"] <= 0.6 * d["params_full"], d  # each rank holds about half
@@ -67,14 +78,13 @@ def test_every_stage_shards_on_two_cpu_processes(tmp_path, stage):
         assert head["weight"].abs().sum() > 0
 
 
-def test_fsdp_matches_ddp_on_the_same_global_batch(tmp_path):
+def test_fsdp_matches_ddp_on_the_same_global_batch(grpo_two_processes):
     """GRPO: the same losses and grad norms as DDP on every step, and the same adapter (DDP is the reference
     for sampling stages, whose per-rank seeds differ from one process)."""
-    _train(tmp_path / "fsdp", "grpo", "fsdp")
-    _train(tmp_path / "ddp", "grpo", "ddp")
-    assert _losses(tmp_path / "fsdp") == pytest.approx(_losses(tmp_path / "ddp"), abs=1e-6)
-    a = _safetensors(tmp_path / "fsdp" / "final" / "adapter_model.safetensors")
-    b = _safetensors(tmp_path / "ddp" / "final" / "adapter_model.safetensors")
+    (fsdp, _), (ddp, _) = grpo_two_processes["fsdp"], grpo_two_processes["ddp"]
+    assert _losses(fsdp) == pytest.approx(_losses(ddp), abs=1e-6)
+    a = _safetensors(fsdp / "final" / "adapter_model.safetensors")
+    b = _safetensors(ddp / "final" / "adapter_model.safetensors")
     assert _max_diff(a, b) < 1e-6
 
 
@@ -123,8 +133,9 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tmp_path):
             "train.save_steps=100"]
     out = tmp_path / "cut"
     with one_launch_at_a_time():  # the profile's port, as run_cli's multi-process runs
-        proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT, env=os.environ,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                **multi_process_kwargs(dict(os.environ)))
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             if (out / "metrics.jsonl").is_file() and len(read_jsonl(out / "metrics.jsonl")) >= 2:
@@ -170,7 +181,7 @@ def _port():
     return free_port()
 
 
-def test_two_machines_on_loopback_train_one_run(tmp_path):
+def test_two_machines_on_loopback_train_one_run(tmp_path, grpo_two_processes):
     """Machine 0 holds the run folder; machine 1 writes only its own RNG state. The metrics equal DDP x 2 on one
     machine (the same 2 ranks, the same seeds)."""
     ends = _machines(tmp_path, _port())
@@ -179,8 +190,7 @@ def test_two_machines_on_loopback_train_one_run(tmp_path):
     d = json.loads((run0 / "summary.json").read_text())["distributed"]
     assert (d["strategy"], d["world_size"], d["num_machines"]) == ("ddp", 2, 2)
     assert not (run1 / "metrics.jsonl").exists() and not (run1 / "final").exists()
-    one_host = tmp_path / "ddp"
-    _train(one_host, "grpo", "ddp")
+    one_host, _ = grpo_two_processes["ddp"]
     assert _losses(run0) == _losses(one_host)
 
 
