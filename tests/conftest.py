@@ -13,11 +13,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RLFT_CACHE", str(ROOT / ".cache" / "rlft"))
 
 
-# the cores and thread setting this pytest process started with, before an xdist worker narrows them
-_ALL_CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-_OMP_AT_START = os.environ.get("OMP_NUM_THREADS")
-
-
 def _share_cores_among_xdist_workers():
     """Under pytest-xdist (`-n N`), worker i keeps every N-th of the usable cores, so N workers never run more
     threads than the machine has: the `rlft` runs a test starts inherit the set, and hw.cpu_threads `auto` counts
@@ -57,28 +52,6 @@ def launches_processes(args) -> bool:
     return hw in ("ddp", "fsdp") or any(a.startswith("hw.num_processes=") and a != "hw.num_processes=1" for a in args)
 
 
-def all_cores_env(env: dict) -> dict:
-    """The environment for a multi-process run: OMP_NUM_THREADS as pytest started (not a worker's share)."""
-    env = dict(env)
-    if _OMP_AT_START is None:
-        env.pop("OMP_NUM_THREADS", None)
-    else:
-        env["OMP_NUM_THREADS"] = _OMP_AT_START
-    return env
-
-
-def _on_all_cores():
-    # a multi-process run holds one_launch_at_a_time's lock, so at most one runs at once: its processes may spread
-    # over every core (pinned to a worker's one core, two ranks took 37 s where two cores take 24)
-    if _ALL_CORES:
-        os.sched_setaffinity(0, _ALL_CORES)
-
-
-def multi_process_kwargs(env: dict) -> dict:
-    """subprocess keyword arguments that give a multi-process run every core of the machine."""
-    return {"env": all_cores_env(env), "preexec_fn": _on_all_cores if _ALL_CORES else None}
-
-
 @contextlib.contextmanager
 def one_launch_at_a_time(active=True):
     """Held while a test's multi-process run goes: such runs take the profile's hw.main_process_port (29500), and
@@ -104,11 +77,9 @@ def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
     """Run `rlft ARGS...` in a subprocess, as a user would (with `faults`: see cli_command); multi-process runs
     one at a time (one_launch_at_a_time)."""
     full_env = {**os.environ, **(env or {}), **(faults or {})}
-    multi = launches_processes(args)
-    spawn = multi_process_kwargs(full_env) if multi else {"env": full_env}
-    with one_launch_at_a_time(multi):
-        return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, **spawn)
+    with one_launch_at_a_time(launches_processes(args)):
+        return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
 
 
 class RecordingConsole:
@@ -139,11 +110,9 @@ def interrupt_after_checkpoint(out, step, *args, timeout=300):
     import signal
     import time
 
-    multi = launches_processes(args)
-    spawn = multi_process_kwargs(dict(os.environ)) if multi else {"env": dict(os.environ)}
-    with one_launch_at_a_time(multi):
-        proc = subprocess.Popen([*cli_command(), *map(str, args)], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, **spawn)
+    with one_launch_at_a_time(launches_processes(args)):
+        proc = subprocess.Popen([*cli_command(), *map(str, args)], cwd=ROOT, env=dict(os.environ),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + timeout
         while not (Path(out) / "checkpoints" / f"checkpoint-{step}" / "rlft_complete").exists():
             assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"

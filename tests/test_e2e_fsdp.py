@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, cli_command, multi_process_kwargs, one_launch_at_a_time, read_jsonl, run_cli
+from conftest import ROOT, cli_command, one_launch_at_a_time, read_jsonl, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -133,9 +133,8 @@ def test_resume_after_sigterm_reproduces_the_uninterrupted_run(tmp_path):
             "train.save_steps=100"]
     out = tmp_path / "cut"
     with one_launch_at_a_time():  # the profile's port, as run_cli's multi-process runs
-        proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                **multi_process_kwargs(dict(os.environ)))
+        proc = subprocess.Popen([*cli_command(), *args, f"train.output_dir={out}"], cwd=ROOT, env=os.environ,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
             if (out / "metrics.jsonl").is_file() and len(read_jsonl(out / "metrics.jsonl")) >= 2:
