@@ -155,6 +155,7 @@ def _shared_fixtures(item) -> list:
     return sorted(shared)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into each test's group
 def pytest_collection_modifyitems(config, items):
     """Under `-n N --dist loadgroup` (.ci/run) the tests that share a module- or session-scoped fixture run on one
     worker, so each such run is trained once, not once per worker; without xdist the mark is inert."""
