@@ -158,8 +158,20 @@ def _shared_fixtures(item) -> list:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks into each test's group
 def pytest_collection_modifyitems(config, items):
     """Under `-n N --dist loadgroup` (.ci/run) the tests that share a module- or session-scoped fixture run on one
-    worker, so each such run is trained once, not once per worker; without xdist the mark is inert."""
-    for item in items:
-        shared = _shared_fixtures(item)
+    worker, so each such run is trained once, not once per worker; without xdist the mark is inert. Fixtures used
+    together by one test join one group (a test of A and B, a test of B alone: one group, B trained once)."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    shared_by_item = [(item, _shared_fixtures(item)) for item in items]
+    for _, shared in shared_by_item:
+        for name in shared[1:]:
+            a, b = root(shared[0]), root(name)
+            parent[max(a, b)] = min(a, b)
+    for item, shared in shared_by_item:
         if shared:
-            item.add_marker(pytest.mark.xdist_group("+".join(shared)))
+            item.add_marker(pytest.mark.xdist_group(root(shared[0])))
