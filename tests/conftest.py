@@ -1,3 +1,4 @@
+import atexit
 import contextlib
 import json
 import os
@@ -7,6 +8,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.warm_cli import WarmCLI
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -73,11 +76,21 @@ def one_launch_at_a_time(active=True):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+_WARM_CLI = WarmCLI()
+atexit.register(_WARM_CLI.close)
+
+
 def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
-    """Run `rlft ARGS...` in a subprocess, as a user would (with `faults`: see cli_command); multi-process runs
-    one at a time (one_launch_at_a_time)."""
+    """Run `rlft ARGS...` in a process of its own, as a user would (with `faults`: see cli_command): forked from
+    a warm interpreter where that changes nothing (tests/warm_cli.py), else cold; multi-process runs one at a time
+    (one_launch_at_a_time)."""
     full_env = {**os.environ, **(env or {}), **(faults or {})}
-    with one_launch_at_a_time(launches_processes(args)):
+    multi = launches_processes(args)
+    if not faults and not multi and _WARM_CLI.usable_for(full_env):
+        res = _WARM_CLI.run(cli_command(), args, cwd, full_env, timeout)
+        if res is not None:
+            return res
+    with one_launch_at_a_time(multi):
         return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
                               capture_output=True, text=True, timeout=timeout)
 
@@ -97,6 +110,17 @@ class RecordingConsole:
 
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_it_was():
+    """What a test's in-process rlft code puts in os.environ (library quieting, tracker folders) ends with the test:
+    later tests' `rlft` runs inherit the session's environment, not a stale run's."""
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 @pytest.fixture
