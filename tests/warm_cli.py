@@ -78,9 +78,12 @@ def _run_child(request: dict) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code
-    except KeyboardInterrupt:
-        code = 130
+    except KeyboardInterrupt:  # as the interpreter ends on an uncaught one: the traceback, then killed by SIGINT
         traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        code = 130  # only where SIGINT did not end the process
     except BaseException:
         code = 1
         traceback.print_exc()
