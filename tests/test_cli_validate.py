@@ -439,6 +439,31 @@ def test_a_key_the_chosen_loss_ignores_is_refused_naming_both(over, key, words):
     assert got == key and words in msg, msg
 
 
+@pytest.mark.parametrize("over, upper", [
+    ({"clip_low": 0.5}, 1.2),                       # clip_high null: the upper clip stays 1 + clip_range
+    ({"clip_low": 0.1, "clip_range": 0.4}, 1.4),
+    ({"clip_low": 0.5, "clip_range": 0.3}, 1.3),
+    ({"clip_low": 0.1, "clip_high": 0.4}, 1.4),
+])
+def test_dual_clip_is_checked_against_the_upper_clip_the_loss_uses(over, upper):
+    """validate-config refuses grpo.clip_ratio_c at or below the upper clip exactly when the loss clips there:
+    the check and rlft.algos.loss_settings resolve clip_high null the same way (to clip_range)."""
+    from types import SimpleNamespace
+
+    from rlft.algos import loss_settings
+
+    grpo = dict(loss_fn="ppo", clip_range=0.2, clip_low=None, clip_high=None, clip_ratio_c=1.3, is_level="token",
+                loss_agg="token_mean", max_tokens=None) | over
+    assert 1 + loss_settings(SimpleNamespace(**grpo)).high == pytest.approx(upper)
+    args = ["--stage", "grpo", "grpo.loss_fn=ppo", "grpo.clip_ratio_c=1.3", *(f"grpo.{k}={v}" for k, v in over.items())]
+    if 1.3 > upper:
+        ok = cli("validate-config", *args)
+        assert ok.exit_code == 0, ok.output
+    else:
+        key, _, msg = one_error(*args)
+        assert key == "grpo.clip_ratio_c" and f"= {upper:g}" in msg, msg
+
+
 def test_the_loss_menu_validates_and_names_its_choices():
     ok = cli("validate-config", "--stage", "grpo", "grpo.loss_fn=ppo", "grpo.clip_high=0.28", "grpo.clip_ratio_c=3.0",
              "grpo.loss_agg=seq_mean_token_sum_norm", "grpo.is_level=sequence", "grpo.clip_low=3e-4")

@@ -6,6 +6,7 @@ and change the step-1 loss where they change the math."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -117,7 +118,7 @@ def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     grpo = SimpleNamespace(loss_fn=s.loss_fn, clip_range=s.clip_low, clip_low=None, clip_high=s.clip_high,
                            clip_ratio_c=s.clip_ratio_c, is_level=s.is_level, loss_agg=s.loss_agg,
                            max_tokens=s.max_tokens)
-    assert loss_settings(grpo) == s
+    assert loss_settings(grpo) == dataclasses.replace(s, clip_high=s.high)  # null resolved to clip_range
     logp_BT, logp_old_BT, adv_B, mask_BT = batch(1)
     want, want_grad = trl_loss(s, logp_BT, logp_old_BT, adv_B, mask_BT, tmp_path)
     trainer = SimpleNamespace(section=grpo, algorithm=LoopAlgorithm("episode_returns", s.loss_fn, "kl", 0.0, None))
@@ -141,6 +142,32 @@ def test_trl_options_rlft_builds(tmp_path):
         importance_sampling_level="token", loss_type="dr_grpo", epsilon=0.2, epsilon_high=0.28, delta=3.0)
     cispo = trl_loss_args(LossSettings("cispo", clip_low=0.2, clip_high=4.0))
     assert cispo["loss_type"] == "cispo" and cispo["epsilon_high"] == 5.0
+
+
+def test_clip_low_alone_leaves_the_upper_clip_at_clip_range(tmp_path):
+    """grpo.clip_high null means clip_range on the upper side, whatever clip_low says (docs/reference/config.md;
+    verl's clip_ratio_high and TRL's epsilon_high agree). Worked numbers: clip_range 0.2, clip_low 0.1, one token
+    with ratio 1.15 and advantage 1 lies inside [0.9, 1.2], so the loss is -r = -1.15 and d loss / d logp = -r."""
+    import math
+
+    from rlft.stages.grpo.runner import trl_loss_args
+
+    grpo = SimpleNamespace(loss_fn="ppo", clip_range=0.2, clip_low=0.1, clip_high=None, clip_ratio_c=None,
+                           is_level="token", loss_agg="token_mean", max_tokens=None)
+    s = loss_settings(grpo)
+    assert (s.clip_low, s.high) == (0.1, 0.2)
+    assert trl_loss_args(s)["epsilon"] == 0.1 and trl_loss_args(s)["epsilon_high"] == 0.2
+    logp_old = torch.tensor([[-1.0]])
+    logp = (logp_old + math.log(1.15)).requires_grad_(True)
+    loss, _ = grpo_policy_loss(s, logp, logp_old, torch.ones(1, 1), torch.ones(1, 1))
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.15, abs=1e-6) and logp.grad.item() == pytest.approx(-1.15, abs=1e-6)
+    # TRL's loss from the options rlft hands it: the same on a batch with ratios on both sides of 1.1 and 1.2
+    tensors = batch(0)
+    want, want_grad = trl_loss(s, *tensors, tmp_path)
+    got, got_grad = rlft_loss(s, *tensors)
+    assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-7)
 
 
 # --- recipes -------------------------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ class LossSettings:
     loop calls `grpo_policy_loss`, single-turn GRPO hands the same settings to TRL (rlft/stages/grpo/runner.py)."""
     loss_fn: str = "importance_sampling"
     clip_low: float = 0.2
-    clip_high: float | None = None      # null = clip_low
+    clip_high: float | None = None      # null = clip_low here; `loss_settings` resolves grpo's null to clip_range
     clip_ratio_c: float | None = None   # dual-clip cap (PPO's loss only)
     is_level: str = "token"
     loss_agg: str = "token_mean"
@@ -203,9 +203,12 @@ class LossSettings:
 
 
 def loss_settings(section) -> LossSettings:
-    """The settings from a `grpo` config section (clip_low null = clip_range)."""
+    """The settings from a `grpo` config section: clip_low and clip_high null each mean clip_range (as documented,
+    and as verl's clip_ratio_low/high and TRL's epsilon/epsilon_high fall back), so clip_low alone never moves
+    the upper clip."""
     low = section.clip_low if section.clip_low is not None else section.clip_range
-    return LossSettings(loss_fn=section.loss_fn, clip_low=low, clip_high=section.clip_high,
+    high = section.clip_high if section.clip_high is not None else section.clip_range
+    return LossSettings(loss_fn=section.loss_fn, clip_low=low, clip_high=high,
                         clip_ratio_c=section.clip_ratio_c, is_level=section.is_level, loss_agg=section.loss_agg,
                         max_tokens=section.max_tokens)
 
@@ -214,5 +217,5 @@ def grpo_policy_loss(s: LossSettings, logp_BT: Tensor, logp_old_BT: Tensor, adv_
                      mask_BT: Tensor) -> tuple[Tensor, dict]:
     """The policy loss `s` names, on the learner's log-probs, the old ones, the advantages and the action mask."""
     return POLICY_LOSSES.get(s.loss_fn)(logp_BT, logp_old_BT, adv_BT, mask_BT, s.clip_low, s.clip_ratio_c,
-                                        clip_high=s.clip_high, is_level=s.is_level, loss_agg=s.loss_agg,
+                                        clip_high=s.high, is_level=s.is_level, loss_agg=s.loss_agg,
                                         max_tokens=s.max_tokens)

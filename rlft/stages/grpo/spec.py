@@ -316,6 +316,7 @@ def _check_loss(c: StageChecks) -> None:
                       f"grpo.clip_range ({g('grpo.clip_range')}); CISPO caps far higher (ScaleRL: 5.0, "
                       "grpo.clip_high: 4.0)")
     if loss == "ppo" and is_number(cap):
+        # the upper clip the loss uses: clip_high, null = clip_range (never clip_low; rlft.algos.loss_settings)
         top = high if is_number(high) else g("grpo.clip_range")
         if is_number(top) and cap <= 1 + top:
             c.error("grpo.clip_ratio_c", f"{cap} must exceed the upper clip 1 + grpo.clip_high (or clip_range) = "
