@@ -29,6 +29,7 @@ from typing import Any
 
 from rlft.rewards.capture import capture_output
 from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
+from rlft.rewards.unscored import Unscored
 
 __all__ = [
     "SafeReward",
@@ -50,6 +51,9 @@ ROW_ID_COLUMNS = ("prompt_id",)
 # a function written for the dataset's columns alone never sees a key it does not expect.
 SAMPLED_COLUMNS = ("completion_lengths", "max_tokens")
 
+# a reward function that declares this parameter gets its entry's timeout_s (None: no limit), so it can end its
+# own work in time and keep what it finished (math_answer kills its checker process)
+TIMEOUT_PARAM = "reward_timeout_s"
 # seconds one call may run unless the config says otherwise
 DEFAULT_TIMEOUT_S = 30.0
 # how often a waiting call looks at the timeout and the interrupt flag
@@ -192,7 +196,10 @@ class SafeReward:
         self._count("calls", 1)
         self._count("completions", n)
         columns = {k: v for k, v in columns.items() if k not in SAMPLED_COLUMNS or _names_param(self.fn, k)}
-        outcome, raw = self._call(prompts, completions, {**columns, **self.kwargs}, output)
+        kwargs = {**columns, **self.kwargs}
+        if _names_param(self.fn, TIMEOUT_PARAM):  # a function that bounds its own work (math_answer) is told how
+            kwargs[TIMEOUT_PARAM] = self.timeout_s
+        outcome, raw = self._call(prompts, completions, kwargs, output)
         if outcome == "raised":
             return self._fail_batch(n, _exception_kind(raw), f"raised {type(raw).__name__}: {raw}", raw)
         if outcome == "timeout":
@@ -210,6 +217,10 @@ class SafeReward:
             return self._fail_batch(n, "returned wrong count", f"returned {len(values)} scores for {n} completions")
         scores: list[float | None] = []
         for i, value in enumerate(values):
+            if isinstance(value, Unscored):  # the function says why it could not score this one
+                self._fail(1, value.kind, f"left completion {i} of {n} unscored: {value.reason}")
+                scores.append(None)
+                continue
             number, kind = _to_float(value)
             if kind is not None:
                 self._fail(1, kind, f"returned {kind} {value!r} for completion {i} of {n}")
