@@ -116,3 +116,14 @@ def test_keys_unknown_prefix_exits_2_with_closest():
     assert res.exit_code == 2
     assert "no config key starts with `grpo.klx`" in res.output and "grpo.kl_penalty_coef" in res.output
     assert closest("lora.alpah")[0] == "lora.lora_alpha" or "lora.lora_alpha" in closest("lora.alpah")
+
+
+def test_keys_with_a_prefix_longer_than_any_key_is_refused_at_once_without_echoing_it():
+    """95,000 characters took 63 s (difflib against every key) and echoed the whole prefix."""
+    import time
+
+    started = time.monotonic()
+    res = CliRunner().invoke(app, ["keys", "grpo." + "x" * 95_000])
+    assert time.monotonic() - started < 2.0
+    assert res.exit_code == 2 and len(res.output) < 300, res.output[:400]
+    assert "no config key starts with `grpo.xxx" in res.output and "95,005 characters" in res.output

@@ -110,8 +110,13 @@ def keys_cmd(prefix: str = typer.Argument("", help="Show the keys that start wit
                                                    "key.")) -> None:
     """List config keys from the schema: type, default, allowed values, the stages that read it, and help (no
     torch). An unknown prefix exits 2 with the closest keys."""
-    from rlft.config.keys import closest, describe, matching
+    from rlft.config.keys import all_keys, closest, describe, matching
 
+    longest = max(len(k) for k in all_keys())
+    if len(prefix) > longest:  # starts no key; difflib over every key would take minutes on a pasted file
+        err(f"error: no config key starts with `{prefix[:40]}...` ({len(prefix):,} characters; the longest key "
+            f"has {longest})")
+        raise typer.Exit(2)
     found = matching(prefix)
     if not found:
         near = closest(prefix)
