@@ -239,6 +239,21 @@ def load_layer(path: Path, name: str | None = None) -> Layer:
     return Layer(name, data, lines, source_dir=path.resolve().parent)
 
 
+# the layer rlft writes beside a run's config.yaml from it (rlft/posttrain/config_layer.py): a problem in it is the
+# run's config.yaml's, named with its line there, never the hidden file the user did not write
+RUN_CONFIG_LAYER = ".rlft-eval-config.yaml"
+
+
+def _run_config_layer(path: Path) -> Layer:
+    real = path.parent / "config.yaml"
+    layer = load_layer(path, name=display_path(real))
+    try:
+        layer.lines = load_layer(real).lines  # the same keys (a subset of config.yaml), at their lines there
+    except ConfigError:
+        layer.lines = {}
+    return layer
+
+
 def parse_overrides(overrides: Iterable[str]) -> Layer:
     """KEY=VALUE pairs (values parsed as YAML, like OmegaConf's dotlist) into one layer."""
     data: dict = {}
@@ -365,7 +380,7 @@ def compose(stage: str, hw: str, files: Iterable[str | Path] = (), overrides: It
     layers: list[Layer] = []
     for i, path in enumerate(paths):
         try:
-            layer = load_layer(path)
+            layer = _run_config_layer(Path(path)) if Path(path).name == RUN_CONFIG_LAYER else load_layer(path)
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue

@@ -7,11 +7,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from rlft.config.compose import RUN_CONFIG_LAYER
 from rlft.errors import RunError
 from rlft.posttrain.target import run_config
 
 
-EVAL_CONFIG_NAME = ".rlft-eval-config.yaml"
+EVAL_CONFIG_NAME = RUN_CONFIG_LAYER  # compose names its problems after the run's config.yaml
 
 
 def eval_config_file(run_root: Path, stage: str) -> Path:
