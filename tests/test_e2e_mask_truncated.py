@@ -65,3 +65,22 @@ def test_ppo_masks_the_cut_completions(tmp_path):
     assert any(0 < r["frac_masked_truncated"] < 1 for r in got) and all(r["grad_norm"] > 0 for r in got), got
     logged = read_jsonl(out / "completions.jsonl")
     assert logged and all(isinstance(c["masked"], bool) for c in logged)
+
+
+def test_single_turn_grpo_with_every_completion_cut_says_so_and_logs_no_entropy_over_no_tokens(tmp_path):
+    """Single-turn GRPO (TRL's mask_truncated_completions) at max_tokens 1: every completion is cut and masked.
+    frac_masked_truncated is in the rows, so `all_masked_truncated` warns; the token metrics over no tokens
+    (entropy, the clip ratios, the KLs) have no value, so `entropy_collapse` does not fire on an entropy of 0."""
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", "configs/examples/grpo_demo.yaml",
+                  f"train.output_dir={out}", *SHORT, "grpo.max_tokens=1", "grpo.mask_truncated=true")
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = rows(out)
+    assert [r["step"] for r in got] == [1, 2, 3], got
+    for r in got:
+        assert r["frac_truncated"] == 1.0 and r["frac_masked_truncated"] == 1.0, r
+        # no value (null in the row), never a 0 "measured" over no tokens
+        assert r.get("entropy") is None and all(v is None for k, v in r.items() if k.startswith("clip_ratio")), r
+    health = read_jsonl(out / "health.jsonl")
+    assert [h["step"] for h in health if h["rule"] == "all_masked_truncated"] == [1, 2, 3], health
+    assert not [h for h in health if h["rule"] == "entropy_collapse"], health

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["NOT_REWARD_COLUMNS", "RlftGRPOTrainer", "check_whole_groups"]
 
 
+# metrics TRL's loss (and rlft's around it) average over the loss's tokens: undefined when there are none
+TOKEN_METRICS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                 "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio", "kl_sample_train_v1",
+                 "kl_sample_train_v2")
+
 class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
     """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go
     to (None: no completions.jsonl, reward_logs.jsonl or reward hot reload)."""
@@ -146,6 +151,8 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
         clipped = m.get("completions/clipped_ratio")
         if clipped:  # TRL's share of this batch's completions (gathered) cut at max_tokens without an EOS
             m["frac_truncated"].append(clipped[-1])
+            if g.mask_truncated:  # TRL's mask_truncated_completions leaves exactly those out of the loss
+                m["frac_masked_truncated"].append(clipped[-1])
         if self.reward_suite is not None:
             local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
             for name in self.reward_suite.names:
@@ -212,10 +219,16 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
     def _compute_loss(self, model, inputs):
         self._current_inputs = inputs
         self._capture_train_logps = True
+        m = self._metrics["train" if model.training else "eval"]
+        before = {k: len(m[k]) for k in TOKEN_METRICS if k in m}
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_train_logps = False
+        tokens = self.accelerator.gather(inputs["completion_mask"].sum().reshape(1)).sum().item()
+        if tokens == 0:  # every row masked (mask_truncated, constant groups removed): a mean over no tokens is
+            # not a measurement (TRL writes 0, and an entropy of 0 reads as a collapse): left out of the row
+            self._drop_last(m, before)
         if self._train_logps is not None and model.training:
             old = inputs.get("old_per_token_logps")
             if old is not None:
@@ -226,10 +239,22 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
                 self._metrics["train"]["kl_sample_train_v1"].append(0.0)
                 self._metrics["train"]["kl_sample_train_v2"].append(0.0)
         self._train_logps = None
+        if tokens == 0:
+            self._drop_last(m, before)  # the sampler-learner KLs just added, over the same no tokens
         kl_hist = self._metrics["train"].get("kl")
         if self.cfg.grpo.kl_penalty_mode == "loss" and self.beta != 0 and kl_hist:
             self._last_kl = kl_hist[-1]  # TRL's k3 estimate, the input of the adaptive controller
         return loss
+
+    @staticmethod
+    def _drop_last(m, before: dict) -> None:
+        """Remove the values the last loss call appended to the token metrics (a key left empty goes: TRL's log
+        divides by the count)."""
+        for key in TOKEN_METRICS:
+            if key in m and len(m[key]) > before.get(key, 0):
+                del m[key][before.get(key, 0):]
+                if not m[key]:
+                    del m[key]
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
