@@ -117,6 +117,8 @@ PPO: dict[str, Doc] = {
     "rollback": ("1 when the update's last optimizer step took the policy past `ppo.rollback_kl` and was undone "
                  "(the learning rate halved from then on), 0 when every step stayed within it; absent when it is off",
                  COUNT),
+    "frac_steps_undone": ("the share of the update's optimizer steps `ppo.rollback_kl` undid: at 1 the update "
+                          "trained nothing (the `all_steps_undone` health rule warns); absent when it is off", ONE),
     "episodes": ("episodes trained so far: updates × `ppo.batch_size`", COUNT),
 }
 

@@ -145,6 +145,17 @@ def _all_masked_truncated(r: dict, m) -> list[Firing]:
                    f"{stage}mask_truncated off")]
 
 
+def _all_steps_undone(r: dict, m) -> list[Firing]:
+    frac = r.get("frac_steps_undone")  # logged only with ppo.rollback_kl on
+    if not isinstance(frac, (int, float)) or _bad(frac) or frac < 1.0:
+        return []
+    lr = r.get("learning_rate")
+    now = f" (the learning rate, halved at each undo, is now {lr:.3g})" if isinstance(lr, (int, float)) else ""
+    return [Firing("all_steps_undone", "warning", "frac_steps_undone", frac, 1.0,
+                   f"every optimizer step of this update took the policy past ppo.rollback_kl and was undone: nothing "
+                   f"trained{now}; raise ppo.rollback_kl (0.01-0.02 typical) or lower train.learning_rate")]
+
+
 GAP_WINDOW = 5  # training steps averaged at each end for the train-up/eval-flat rule
 
 
@@ -174,6 +185,7 @@ RULES: dict[str, Callable[[dict, Any], list[Firing]]] = {
     "awr_ess": _awr_ess,
     "truncated": _truncated,
     "all_masked_truncated": _all_masked_truncated,
+    "all_steps_undone": _all_steps_undone,
 }
 
 

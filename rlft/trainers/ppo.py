@@ -199,6 +199,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
             out["early_stop"] = (planned - steps) / planned
         if rollback:
             out["rollback"] = float(rollback.undone)
+            # 1: every step this update took was undone, the policy is where it started (health: all_steps_undone)
+            out["frac_steps_undone"] = rollback.undone / steps if steps else 0.0
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
