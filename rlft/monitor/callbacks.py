@@ -67,8 +67,16 @@ class ApplyConfigChanges(TrainerCallback):
             return control
         if "train.learning_rate" in self.changes:
             old, new = self.changes["train.learning_rate"]
-            # a ratio keeps the schedule's position (warmup, decay, rollbacks)
+            # a ratio keeps the schedule's position (warmup, decay) and every halving so far (a health rollback's
+            # factor, ppo.rollback_kl's 0.5 per undone step): 3e-3 halved once to 1.5e-3, then 6e-3, steps at 3e-3
+            before = optimizer.param_groups[0]["lr"]
             scale_learning_rate(optimizer, lr_scheduler, float(new) / float(old))
+            if state.is_world_process_zero:
+                import sys
+
+                print(f"rlft: resumed with learning rate {float(old):g} -> {float(new):g}: the optimizer's rate "
+                      f"{before:.4g} -> {optimizer.param_groups[0]['lr']:.4g} (schedule position and any halving "
+                      "by a rollback kept)", file=sys.stderr, flush=True)
         if "train.weight_decay" in self.changes:
             old, new = self.changes["train.weight_decay"]
             for group in optimizer.param_groups:

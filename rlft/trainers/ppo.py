@@ -251,7 +251,11 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         self.state.logging_steps, self.state.save_steps = s.log_every, s.save_every
         self.state.is_local_process_zero = self.is_local_process_zero()
         self.state.is_world_process_zero = self.is_world_process_zero()
-        self.control = self.callback_handler.on_train_begin(args, self.state, self.control)
+        # what the callbacks are handed (HF's Trainer.train sets these too): a resume's changed learning rate is
+        # put into the checkpoint's optimizer and scheduler there (monitor/callbacks.py ApplyConfigChanges)
+        handler = self.callback_handler
+        handler.model, handler.optimizer, handler.lr_scheduler = self.model, self.optimizer, self.lr_scheduler
+        self.control = handler.on_train_begin(args, self.state, self.control)
         try:
             return self._loop()
         finally:
