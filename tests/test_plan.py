@@ -476,3 +476,30 @@ def test_per_layer_sums_equal_the_layer_by_layer_count():
     assert T.optimizer_state("adafactor", n, 4, s.matrices()).bytes == expected * 4
     n_lora, mats, _, _ = s.lora(ALL7, 16)
     assert n_lora == sum(r * c * k for r, c, k in mats) == 4_884_480
+
+
+def test_a_chat_template_that_loops_for_ever_is_stopped_and_the_limits_plan(tmp_path):
+    """Two nested range(100000) loops (the sandbox stops attribute escapes, not loops) ran until killed."""
+    import time
+
+    model, data = _word_model(tmp_path / "m"), _jsonl(tmp_path / "p.jsonl", PROMPTS)
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + WORD_TEMPLATE
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": loops}))
+    started = time.monotonic()
+    _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL)
+    assert time.monotonic() - started < 10
+    assert plan.basis != "data" and "loops ran past" in plan.limits_why, plan.limits_why
+
+
+def test_a_huge_prompt_row_is_cut_before_tokenising(tmp_path):
+    """A 10 MB row took 33 s and 3 GB; the plan caps a prompt at train.max_seq_length anyway."""
+    import time
+
+    model = _word_model(tmp_path / "m")
+    data = _jsonl(tmp_path / "p.jsonl", [*PROMPTS, {"prompt": "a " * 5_000_000, "target": "a"}])
+    started = time.monotonic()
+    _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL,
+                         "grpo.max_tokens=16")
+    assert time.monotonic() - started < 10
+    assert plan.basis == "data" and max(plan.data.lengths.prompts) > 512 - 16  # still longer than the budget

@@ -15,6 +15,7 @@ The profiles (`rlft.config.stagespec.DataLengths`) take the longest row, capped 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,12 @@ class DataBasis:
 # ---- the model's tokenizer, without transformers
 
 
+# one row's render through the chat template: at most this many items of its `range` loops, and this long
+RENDER_ITERATIONS = 1_000_000
+RENDER_SECONDS = 5.0
+# a prompt's text is cut to train.max_seq_length x this many characters before rendering and tokenising
+CUT_CHARS_PER_TOKEN = 16
+
 @dataclass
 class TokenCounter:
     """Token counts of texts, and the chat template that renders messages (None: unknown or none)."""
@@ -78,6 +85,9 @@ class TokenCounter:
         return [len(t) for t in self.encode(texts, special_tokens)]
 
     def render(self, messages: list, generation_prompt: bool) -> str:
+        budget = getattr(self.template, "rlft_budget", None)
+        if budget is not None:  # per row (compile_template)
+            budget.update(left=RENDER_ITERATIONS, until=time.monotonic() + RENDER_SECONDS)
         return self.template.render(**{**self.special, **self.template_kwargs}, messages=messages,
                                     add_generation_prompt=generation_prompt)
 
@@ -167,8 +177,24 @@ def compile_template(source: str):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
     env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
-    return env.from_string(source)
+    budget = {"left": RENDER_ITERATIONS, "until": float("inf")}
+    sandbox_range = env.globals["range"]
+
+    def bounded_range(*args):
+        # the sandbox caps one range at 100,000 items, not two nested ones (10^10 iterations): the plan stops a
+        # render past RENDER_ITERATIONS items of its ranges, or RENDER_SECONDS, and plans from the limits
+        for k, item in enumerate(sandbox_range(*args)):
+            budget["left"] -= 1
+            if budget["left"] < 0 or (k % 1024 == 0 and time.monotonic() > budget["until"]):
+                raise TemplateError(f"the chat template's loops ran past {RENDER_ITERATIONS:,} iterations or "
+                                    f"{RENDER_SECONDS:g} s for one row")
+            yield item
+
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt),
+                       range=bounded_range)
+    template = env.from_string(source)
+    template.rlft_budget = budget
+    return template
 
 
 def _tiny_template(cfg) -> tuple[str | None, dict[str, str]]:
@@ -274,6 +300,22 @@ def _joined(messages: list) -> str:
     return "\n".join(str(m.get("content") or "") for m in messages)
 
 
+def _cut(value, limit: int):
+    """A prompt's text (or each message's) cut to `limit` characters: the plan caps a prompt at
+    train.max_seq_length tokens anyway, and a 10 MB row took 33 s and 3 GB to render and tokenise whole."""
+    if isinstance(value, str):
+        return value[:limit]
+    if isinstance(value, list):
+        return [{**m, "content": m["content"][:limit]} if isinstance(m, dict) and isinstance(m.get("content"), str)
+                else m for m in value]
+    return value
+
+
+def _char_limit(cfg) -> int:
+    # a token is rarely over 16 characters: a cut row still counts as longer than the budget
+    return max(1, int(cfg.train.max_seq_length or 0)) * CUT_CHARS_PER_TOKEN
+
+
 def prompt_lengths(cfg, rows: list[dict], counter: TokenCounter) -> tuple[int, ...]:
     """Each prompt's tokens as the sampler renders it (rlft.rollout.sample.render_prompt): text through the
     tokenizer, messages through the chat template with the generation prompt."""
@@ -286,7 +328,7 @@ def prompt_lengths(cfg, rows: list[dict], counter: TokenCounter) -> tuple[int, .
         value = row.get(cfg.data.prompt_column)
         if _kind(value) == "empty":
             continue
-        value = _with_system(value, system)
+        value = _cut(_with_system(value, system), _char_limit(cfg))
         if isinstance(value, str) and on:
             value = prompt_messages(value)
         if isinstance(value, str):
@@ -318,8 +360,8 @@ def pair_lengths(cfg, rows: list[dict], counter: TokenCounter) -> tuple[tuple[in
     eos = counter.special.get("eos_token", "")
     prompts, fulls, special = [], [], []
     for row in rows:
-        pair = {"prompt": row.get(d.prompt_column), "chosen": row.get(d.chosen_column),
-                "rejected": row.get(d.rejected_column)}
+        pair = {k: _cut(row.get(col), _char_limit(cfg)) for k, col in
+                (("prompt", d.prompt_column), ("chosen", d.chosen_column), ("rejected", d.rejected_column))}
         if any(_kind(v) == "empty" for v in pair.values()):
             continue
         if isinstance(pair["prompt"], str) and on:
