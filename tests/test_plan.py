@@ -496,10 +496,21 @@ def test_a_huge_prompt_row_is_cut_before_tokenising(tmp_path):
     """A 10 MB row took 33 s and 3 GB; the plan caps a prompt at train.max_seq_length anyway."""
     import time
 
+    from rlft.plan.lengths import CUT_CHARS_PER_TOKEN, TokenCounter
+
     model = _word_model(tmp_path / "m")
     data = _jsonl(tmp_path / "p.jsonl", [*PROMPTS, {"prompt": "a " * 5_000_000, "target": "a"}])
+    seen, encode = [], TokenCounter.encode
+
+    def spy(self, texts, special_tokens):
+        seen.extend(len(t) for t in texts)
+        return encode(self, texts, special_tokens)
+
     started = time.monotonic()
-    _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL,
-                         "grpo.max_tokens=16")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(TokenCounter, "encode", spy)
+        _, plan = _data_plan("grpo", f"model.name_or_path={model}", f"data.train={data}", *GRPO_SMALL,
+                             "grpo.max_tokens=16")
     assert time.monotonic() - started < 10
+    assert max(seen) <= 512 * CUT_CHARS_PER_TOKEN + 64, max(seen)  # the cut row and the template's words
     assert plan.basis == "data" and max(plan.data.lengths.prompts) > 512 - 16  # still longer than the budget

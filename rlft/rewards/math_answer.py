@@ -52,15 +52,6 @@ def missing_package() -> str | None:
     return None
 
 
-def extraction(mode: str) -> list:
-    from latex2sympy2_extended import NormalizationConfig
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
-
-    latex = LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0,
-                                  try_extract_without_anchor=mode == "lenient")
-    return [latex] if mode == "strict" else [latex, ExprExtractionConfig()]
-
-
 def answer_window(text: str) -> str:
     """The part of a completion the parser reads (MAX_ANSWER_CHARS)."""
     if len(text) <= MAX_ANSWER_CHARS:

@@ -28,11 +28,19 @@ _GOLD_CACHE = 512
 Result = tuple  # ("score", float) | ("none", reason) | ("unfinished", reason)
 
 
+def extraction(mode: str) -> list:
+    """math-verify's extraction for `mode`: strict reads LaTeX only, lenient plain expressions too."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    latex = LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0,
+                                  try_extract_without_anchor=mode == "lenient")
+    return [latex] if mode == "strict" else [latex, ExprExtractionConfig()]
+
+
 def _check(mode: str, reference: str, answer_text: str, alarm_s: int, cache: dict) -> Result:
     """One check in the worker: the reference and the answer parsed, then compared (math-verify's alarms on)."""
     from math_verify import parse, verify
-
-    from rlft.rewards.math_answer import extraction
 
     gold = cache.get(reference)
     if gold is None:
