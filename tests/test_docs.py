@@ -116,3 +116,23 @@ def test_keys_unknown_prefix_exits_2_with_closest():
     assert res.exit_code == 2
     assert "no config key starts with `grpo.klx`" in res.output and "grpo.kl_penalty_coef" in res.output
     assert closest("lora.alpah")[0] == "lora.lora_alpha" or "lora.lora_alpha" in closest("lora.alpah")
+
+
+def test_the_generator_never_writes_through_a_link_out_of_the_tree(tmp_path):
+    """A page that is a symbolic link (here to a file outside the tree) is refused, and nothing is written through
+    it; a reference folder that is itself a link out of the tree likewise."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    root = tmp_path / "repo"
+    (root / "docs" / "reference").mkdir(parents=True)
+    (root / "docs" / "reference" / "config.md").symlink_to(outside)
+    proc = subprocess.run([sys.executable, "-m", "rlft.docs", "--root", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "docs/reference/config.md" in proc.stderr and "link" in proc.stderr, proc.stderr
+    assert outside.read_text() == "mine\n" and not (root / "docs" / "reference" / "cli.md").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "docs" / "reference" / "config.md").unlink()
+    (root / "docs" / "reference").rmdir()
+    (root / "docs" / "reference").symlink_to(elsewhere, target_is_directory=True)
+    proc = subprocess.run([sys.executable, "-m", "rlft.docs", "--root", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2 and list(elsewhere.iterdir()) == [], proc.stderr
