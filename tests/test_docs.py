@@ -127,3 +127,23 @@ def test_keys_with_a_prefix_longer_than_any_key_is_refused_at_once_without_echoi
     assert time.monotonic() - started < 2.0
     assert res.exit_code == 2 and len(res.output) < 300, res.output[:400]
     assert "no config key starts with `grpo.xxx" in res.output and "95,005 characters" in res.output
+
+
+def test_the_generator_never_writes_through_a_link_out_of_the_tree(tmp_path):
+    """A page that is a symbolic link (here to a file outside the tree) is refused, and nothing is written through
+    it; a reference folder that is itself a link out of the tree likewise."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("mine\n")
+    root = tmp_path / "repo"
+    (root / "docs" / "reference").mkdir(parents=True)
+    (root / "docs" / "reference" / "config.md").symlink_to(outside)
+    proc = subprocess.run([sys.executable, "-m", "rlft.docs", "--root", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "docs/reference/config.md" in proc.stderr and "link" in proc.stderr, proc.stderr
+    assert outside.read_text() == "mine\n" and not (root / "docs" / "reference" / "cli.md").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "docs" / "reference" / "config.md").unlink()
+    (root / "docs" / "reference").rmdir()
+    (root / "docs" / "reference").symlink_to(elsewhere, target_is_directory=True)
+    proc = subprocess.run([sys.executable, "-m", "rlft.docs", "--root", str(root)], capture_output=True, text=True)
+    assert proc.returncode == 2 and list(elsewhere.iterdir()) == [], proc.stderr

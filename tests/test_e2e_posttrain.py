@@ -54,6 +54,17 @@ def test_eval_and_generate_errors(run, tmp_path):
         assert "Traceback" not in res.stderr
 
 
+def test_eval_n_with_greedy_is_refused_as_validate_config_refuses_it(run):
+    """-n goes around eval.samples_per_prompt: the run has no `eval:` section, greedy comes from the command line."""
+    res = run_cli("eval", run, "--data", "demo", "-n", "4", "eval.greedy=true")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: -n (command line): 4 samples per prompt with eval.greedy")
+    assert "greedy decoding draws the same completion every time" in lines[0]
+    assert run_cli("eval", run, "--data", "demo", "-n", "1", "--max-prompts", "1", "eval.greedy=true",
+                   "-o", run.parent / "greedy.jsonl").returncode == 0
+
+
 def test_generate(run, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Write z many times:\n\n")

@@ -395,6 +395,28 @@ def test_resume_refuses_links_and_a_config_rlft_did_not_write(tmp_path):
     assert victim.read_text() == "mine\n" and not (out / ".rlft.lock").exists()
 
 
+def test_a_symlinked_run_folder_is_refused_before_anything_moves(tmp_path):
+    """train.output_dir a link to a finished run: --overwrite used to move the link aside and die at the first
+    checkpoint deleting through it; a link is refused up front, whatever the flags, and nothing changes."""
+    from rlft.errors import RunError
+    from rlft.rundir.prepare import check_run_dir, prepare_run_dir
+
+    real = tmp_path / "real"
+    cfg, composed = _cfg(real)
+    prepare_run_dir(cfg, composed, _opts()).release()
+    before = _snapshot(tmp_path)
+    link = tmp_path / "latest"
+    link.symlink_to(real, target_is_directory=True)
+    cfg, composed = _cfg(link)
+    for opts in (_opts(overwrite=True), _opts(resume=True), _opts()):
+        with pytest.raises(RunError, match="is a symbolic link"):
+            check_run_dir(cfg, opts)
+        with pytest.raises(RunError, match="is a symbolic link"):
+            prepare_run_dir(cfg, composed, opts)
+    assert link.is_symlink() and not (tmp_path / "latest.old").exists()
+    assert {k: v for k, v in _snapshot(tmp_path).items() if not k.startswith("latest")} == before
+
+
 def test_report_refuses_a_symlinked_output_folder(tmp_path):
     run = _fake_run(tmp_path / "run")
     real = tmp_path / "real"

@@ -127,3 +127,20 @@ def test_grpo_starts_from_an_orpo_run(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     first = lambda run: [r["completion"] for r in read_jsonl(run / "completions.jsonl") if r["step"] == 1]  # noqa: E731
     assert first(grpo) and first(grpo) != first(plain)
+
+
+def test_a_resume_of_a_run_that_saved_a_relative_init_from_sees_no_change(tmp_path, monkeypatch):
+    """Older rlft saved init_from as given (relative to the working folder); it is recorded absolute now, and a
+    resume from the same folder is no config change."""
+    from rlft.rundir.resume_keys import config_changes
+
+    monkeypatch.chdir(tmp_path)
+    fake_run(tmp_path / "runs" / "orpo")
+    cfg, _ = check("model.init_from=runs/orpo")
+    from rlft.config.schema import to_dict
+
+    saved = to_dict(cfg)
+    saved["model"]["init_from"] = "runs/orpo"
+    assert config_changes(saved, cfg) == []
+    saved["model"]["init_from"] = "runs/other"
+    assert [k for k, _, _ in config_changes(saved, cfg)] == ["model.init_from"]

@@ -206,9 +206,14 @@ def test_pipeline_demo_runs(pipeline_demo_run):
     assert ends[-1] >= 0.9, ends
     assert all(s["eval_end"] >= s["eval_start"] - 0.02 for s in summary["stages"]), summary["stages"]
     assert not any(s["warnings"] for s in summary["stages"]), summary["stages"]
-    for later, earlier in (("02-awr", "01-orpo"), ("03-grpo", "02-awr")):
+    for later, earlier in (("02-awr", "01-orpo"), ("03-grpo", "02-awr")):  # by absolute path, not the working folder's
         saved = (root / later / "config.yaml").read_text()
-        assert f"init_from: {root / earlier}" in saved or f"init_from: runs/pipeline_demo/{earlier}" in saved
+        assert f"init_from: {root / earlier}" in saved
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"  # the stage's chain found from any folder
+    elsewhere.mkdir(exist_ok=True)
+    gen = run_cli("generate", root / "03-grpo", "-p", "Repeat the letter z:", "-n", "1", "--max-tokens", "4",
+                  cwd=elsewhere)
+    assert gen.returncode == 0, gen.stderr[-2000:]
     # stage 3 starts from (and, with the adapter disabled, measures KL against) stage 2's merged weights
     probe = subprocess.run([sys.executable, "-c", CHAIN_WEIGHTS, str(EXAMPLES / "pipeline_demo.yaml"), str(root)],
                            cwd=tmp_path, capture_output=True, text=True, timeout=600,

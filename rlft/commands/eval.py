@@ -65,6 +65,13 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     finally:
         if own is not None:
             own.unlink(missing_ok=True)
+    from rlft.config.eval_sampling import greedy_samples_problem
+
+    greedy = greedy_samples_problem(n, cfg.eval.greedy, f"pass -n 1 (or leave it out), or set eval.greedy "
+                                                        f"({composed.layer_of('eval.greedy')}) to false")
+    if greedy:  # -n goes around validate-config's eval.samples_per_prompt rule: the same refusal
+        err(f"error: -n (command line): {greedy}")
+        raise typer.Exit(2)
     source = data or cfg.data.eval
     if not source:
         err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")

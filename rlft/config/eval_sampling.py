@@ -82,10 +82,20 @@ def eval_sampling(cfg: Any, defaults: EvalSettings) -> EvalSettings:
     )
 
 
+SAMPLES_FIX = "set eval.samples_per_prompt to 1 or null, or eval.greedy to false"
+
+
+def greedy_samples_problem(n: Any, greedy: Any, fix: str = SAMPLES_FIX) -> str | None:
+    """Why `n` samples per prompt cannot go with `greedy`, or None: greedy draws one sample. Shared by
+    validate-config (`eval.samples_per_prompt`) and `rlft eval -n` (`fix`: what to change instead)."""
+    if greedy is True and isinstance(n, int) and not isinstance(n, bool) and n > 1:
+        return (f"{n} samples per prompt with eval.greedy: greedy decoding draws the same completion every time; "
+                f"{fix}")
+    return None
+
+
 def check_eval(c: Any) -> None:
     """Cross-field rule of the `eval:` section (`c`: a stage spec's check context): greedy draws one sample."""
-    n = c.get("eval.samples_per_prompt")
-    if c.get("eval.greedy") is True and isinstance(n, int) and not isinstance(n, bool) and n > 1:
-        c.error("eval.samples_per_prompt", f"{n} samples per prompt with eval.greedy: greedy decoding draws the same "
-                                           "completion every time; set eval.samples_per_prompt to 1 or null, or "
-                                           "eval.greedy to false")
+    msg = greedy_samples_problem(c.get("eval.samples_per_prompt"), c.get("eval.greedy"))
+    if msg:
+        c.error("eval.samples_per_prompt", msg)

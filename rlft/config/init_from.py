@@ -8,6 +8,7 @@ last, so a half-written one never looks finished.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,19 +52,73 @@ def has_adapter(root: Path) -> bool:
     return (root / "final" / "adapter_config.json").is_file()
 
 
+def _candidates(root: Path, parent: str) -> list[Path]:
+    """Where the run `root` started from may be, as its config.yaml records it: an absolute path as it is; a relative
+    one (older rlft kept it as given, relative to the folder the run was started in: a pipeline's working folder) from
+    each folder above the run folder, nearest first, then from the current folder."""
+    recorded = run_root(parent)
+    if recorded.is_absolute():
+        return [recorded]
+    above = [Path(a) / recorded for a in Path(os.path.abspath(root)).parents]
+    return list(dict.fromkeys([*above, Path(os.path.abspath(recorded))]))
+
+
+def locate_parent(root: Path, model_cfg: dict) -> Path | None:
+    """The run `root` started from (`model_cfg`: its config.yaml's model section), checked against the
+    `init_config_hash` it recorded: the first candidate folder whose config.yaml has that hash (any that exists
+    when none was recorded). None when it started from its base model. ChainError, naming both runs and both hashes,
+    when the folder there holds another config (replaced, e.g. by --overwrite, after `root` trained on it: its
+    weights are no longer what `root` started from), and when it is gone."""
+    parent = model_cfg.get("init_from")
+    if parent is None or parent == "":
+        return None
+    if not isinstance(parent, str):
+        raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
+    recorded = model_cfg.get("init_config_hash")
+    found = [c for c in _candidates(root, parent) if (c / "config.yaml").is_file()]
+    if not found:
+        raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
+                         f"without it")
+    if not isinstance(recorded, str) or not recorded:
+        return found[0]
+    hashes = {}
+    for candidate in found:
+        try:
+            hashes[candidate] = config_hash(candidate)
+        except OSError:
+            continue
+        if hashes[candidate] == recorded:
+            return candidate
+    first = found[0]
+    now = hashes.get(first, "unreadable")
+    raise ChainError(f"run {root} started from run {first} when its config.yaml had hash {recorded} (model."
+                     f"init_config_hash in {root / 'config.yaml'}); it now has hash {now}: {first} was replaced (e.g. "
+                     f"by --overwrite) after {root} trained on it, so {root}'s weights cannot be rebuilt as they were "
+                     f"trained. Restore that run, or train {root} again from the run there now")
+
+
 def _chain_model(root: Path) -> dict:
-    """The `model` section of run `root`'s config.yaml, its own init_from checked."""
+    """The `model` section of run `root`'s config.yaml, its own init_from located and checked (`locate_parent`): the
+    returned section's `init_from` is that folder."""
     try:
         model_cfg = read_chain_run(root).get("model") or {}
     except RunConfigError as exc:
         raise ChainError(str(exc)) from None
-    parent = model_cfg.get("init_from")
-    if parent is not None and not isinstance(parent, str):
-        raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
-    if parent and not run_root(parent).is_dir():
-        raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
-                         f"without it")
-    return model_cfg
+    parent = locate_parent(root, model_cfg)
+    return model_cfg if parent is None else {**model_cfg, "init_from": str(parent)}
+
+
+def chain_of(root: Path) -> list[Path]:
+    """The runs run `root` was built on, nearest first (each located and its hash checked; ChainError otherwise)."""
+    out: list[Path] = []
+    while True:
+        parent = _chain_model(root).get("init_from")
+        if not parent:
+            return out
+        root = run_root(parent)
+        if any(os.path.abspath(root) == os.path.abspath(r) for r in out):
+            raise ChainError(f"the init_from chain loops back to run {root}")
+        out.append(root)
 
 
 @dataclass(frozen=True)
@@ -151,6 +206,20 @@ def _model_of(run_cfg: dict) -> dict[str, Any]:
     return model if isinstance(model, dict) else {}
 
 
+def _get_output_dir(data: dict) -> str | None:
+    train = data.get("train")
+    out = train.get("output_dir") if isinstance(train, dict) else None
+    return out if isinstance(out, str) and out else None
+
+
+def _same_folder(a: Path, b: str | Path) -> bool:
+    """Whether two paths name one folder (through links too, when both exist)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
 def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
     """Check `model.init_from` and fill in what it implies: the base model and the `init` reference."""
     data = c.data
@@ -178,6 +247,20 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
     except RunConfigError as exc:
         problems.append(Problem("model.init_from", where, str(exc)))
         return
+    try:
+        chain = [root, *chain_of(root)]  # every earlier run located and its recorded hash checked, before training
+    except ChainError as exc:
+        problems.append(Problem("model.init_from", where, str(exc)))
+        return
+    out = _get_output_dir(data)
+    clash = next((r for r in chain if out is not None and _same_folder(r, out)), None)
+    if clash is not None:
+        via = "" if clash == root else f" (`{value}` started from it)"
+        problems.append(Problem("train.output_dir", c.layer_of("train.output_dir"),
+                                f"`{out}` is run {clash} of model.init_from's chain{via}: this run would replace the "
+                                f"weights it starts from (--overwrite moves that folder away before they load); set "
+                                f"train.output_dir to another folder"))
+        return
     implied: dict[str, Any] = {}
     base = earlier.get("name_or_path")
     if c.set_by_user("model.name_or_path") and base is not None and model.get("name_or_path") != base:
@@ -193,6 +276,7 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
         implied["ref"] = "init"  # the model this stage starts from, unless the user named another
     implied["init_config_hash"] = config_hash(root)
     model.update(implied)
-    model["init_from"] = str(root)
+    # by absolute path: the run's config.yaml is read again from other folders (eval, generate, a later stage)
+    model["init_from"] = os.path.abspath(root)
     # a layer of its own, so `show-config --explain` says these values came from init_from
     c.layers.append(Layer(f"implied by model.init_from ({where})", {"model": implied}))

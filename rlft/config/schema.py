@@ -39,7 +39,7 @@ class ModelConfig:
                                 "fresh LoRA; `continue` = keep training the same "
                                 "adapter.", choices=["merge", "continue"])
     init_config_hash: Optional[str] = F(None, "Set by rlft: sha256 (12 hex) of the init_from run's config.yaml, so a "
-                                              "chain of runs can be traced back.")
+                                              "chain of runs can be traced back and a replaced run refused.")
     torch_dtype: str = F("auto", "Weights dtype when loading.", choices=["auto", "float32", "bfloat16", "float16"])
     trust_remote_code: bool = F(False, "Allow model code from the model folder.")
     tiny_init_std: float = F(0.15, "Init std of the built-in tiny model (0.02 leaves LoRA unable to "

@@ -25,6 +25,15 @@ from rlft.config.stagespec import StageChecks
 SPECS = leaf_specs()
 REWARD_SPECS = leaf_specs(RewardConfig)
 FREEFORM = {p for p, s in SPECS.items() if s.type is dict}  # `trl`: checked separately
+# Names `apply_chat_template` and the template renderer pass themselves (transformers' parameters, and the
+# `messages` every template reads): data.chat_template_kwargs under one of them would be passed twice (a
+# TypeError at the first prompt) or silently change how every prompt is rendered (`tokenize`, `add_generation_prompt`).
+# tests/test_config_hostile_values.py checks the list against the installed transformers.
+RESERVED_TEMPLATE_KWARGS = (
+    "messages", "conversation", "conversations", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation", "max_length",
+    "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
+)
 
 
 def closest_key(bad: str) -> str | None:
@@ -195,6 +204,11 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     if ahead and isinstance(nproc, int) and nproc > 1:
         err(ahead[0], f"streaming and async training run in one process (the sampler is an in-process copy of the "
             f"policy); hw.num_processes is {nproc}. Use a single-process profile (--hw cpu, rtx4090 or a100)")
+    template_kwargs = g("data.chat_template_kwargs")
+    for name in (template_kwargs if isinstance(template_kwargs, dict) else ()):
+        if name in RESERVED_TEMPLATE_KWARGS:
+            err("data.chat_template_kwargs", f"`{name}` is a name the chat template renderer passes itself; template "
+                                             f"variables may not use any of: {', '.join(RESERVED_TEMPLATE_KWARGS)}")
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:
@@ -353,6 +367,38 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
                     problems.append(Problem(f"{key}[{i}].fn", c.layer_of(key), msg))
 
 
+def _reward_names(rewards: Any) -> list[tuple[int, str]]:
+    """(index, name) of each entry of a rewards list as the suite names it: `name`, else the function's short
+    name, repeats suffixed _2, _3 (rlft.rewards.safe.build_reward_suite's rule)."""
+    from rlft.rewards.registry import reward_short_name
+
+    out, taken = [], set()
+    for i, item in enumerate(rewards if isinstance(rewards, list) else ()):
+        item = {"fn": item} if isinstance(item, str) else item
+        if not isinstance(item, dict) or not isinstance(item.get("fn"), str):
+            continue
+        base = str(item.get("name") or reward_short_name(item["fn"]))
+        name, k = base, 2
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        out.append((i, name))
+    return out
+
+
+def _check_eval_reward_names(c: Composed, problems: list[Problem]) -> None:
+    """An eval-only reward named like a training reward would share its column in the rows and its key in the
+    results, where the training reward's scores replace it: refused, so neither is silently lost."""
+    train = dict((name, i) for i, name in _reward_names(_get(c.data, "rewards")))
+    for i, name in _reward_names(_get(c.data, "eval.rewards")):
+        if name in train:
+            key = f"eval.rewards[{i}]"
+            problems.append(Problem(key, c.layer_of("eval.rewards"),
+                                    f"named `{name}`, as rewards[{train[name]}] ({c.layer_of('rewards')}) is: "
+                                    f"eval-only scores are reported by name beside the training rewards'; give it its "
+                                    f"own `name:` (e.g. `name: eval_{name}`)"))
+
+
 def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:
     spec = _get(c.data, "env.name")
     if not isinstance(spec, str):
@@ -478,7 +524,7 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
     extra = c.data.get("trl")
     if not isinstance(extra, dict) or not extra:
         return
-    from rlft.config.trl_fields import modeled_by_rlft, trainer_config_fields
+    from rlft.config.trl_fields import modeled_by_rlft, trainer_config_fields, trainer_config_types, value_problem
 
     spec = STAGE_SPECS[c.stage]
     checks = _stage_checks(c, problems, for_train=False, check_files=False)
@@ -517,13 +563,19 @@ def _check_trl_passthrough(c: Composed, problems: list[Problem]) -> None:
         where = c.layer_of(path)
         if path in reported:
             continue
+        modeled = modeled_by_rlft(c.stage)
         if key not in valid:
             close = difflib.get_close_matches(key, sorted(valid), n=1)
-            hint = f"; did you mean `trl.{close[0]}`?" if close else ""
+            # a near miss of an option rlft sets itself points at rlft's key, not at a trl: key refused in turn
+            hint = (f"; did you mean `{modeled[close[0]]}` (TRL's `{close[0]}`, which rlft sets)?"
+                    if close and close[0] in modeled else f"; did you mean `trl.{close[0]}`?" if close else "")
             problems.append(Problem(path, where, f"not an option of TRL's trainer config for stage `{c.stage}`{hint}"))
-        elif key in modeled_by_rlft(c.stage):
-            problems.append(Problem(path, where, f"set `{modeled_by_rlft(c.stage)[key]}` instead: rlft maps it onto "
-                                                 "TRL itself"))
+        elif key in modeled:
+            problems.append(Problem(path, where, f"set `{modeled[key]}` instead: rlft maps it onto TRL itself"))
+        else:
+            msg = value_problem(trainer_config_types(c.stage)[key], extra[key])
+            if msg:
+                problems.append(Problem(path, where, msg))
 
 
 def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
@@ -555,6 +607,7 @@ def validate(c: Composed, *, for_train: bool = False, check_files: bool = True,
             if spec.file_checks is not None:
                 spec.file_checks(_stage_checks(c, problems, for_train, check_files, trains))
             _check_model_path(c, problems)
+        _check_eval_reward_names(c, problems)
         _check_trl_passthrough(c, problems)
     errors = [p for p in problems if p.level == "error"]
     if errors:

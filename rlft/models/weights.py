@@ -40,11 +40,45 @@ def torch_dtype(cfg: RlftConfig):
     return getattr(torch, weights_dtype(cfg))
 
 
+def damaged_weights(folder: str | Path) -> str | None:
+    """What is wrong with the first `*.safetensors` file of a local `folder` whose header or size safetensors
+    refuses (cut short, overwritten), as `FILE: why`; None when every one reads (or the folder is no local one)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    from safetensors import safe_open
+
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), "np"):  # header and coverage only: no tensor is read
+                pass
+        except Exception as exc:  # safetensors raises its own SafetensorError (and OSError for unreadable files)
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            return f"{file}: {text}"
+    return None
+
+
+def _damaged(path: str | Path, exc: BaseException, what: str = "model") -> ModelLoadError | None:
+    """The one-line ModelLoadError for a failed load from `path` whose weights files are damaged, or None."""
+    problem = damaged_weights(path)
+    if problem is None:
+        return None
+    return ModelLoadError(f"cannot load the {what} in {path}: weights file {problem} (damaged or cut short; "
+                          f"{type(exc).__name__}). Copy or download it again, or save the {what} again")
+
+
 def pretrained_causal_lm(path: str, dtype, trust_remote_code: bool = False):
-    """The causal LM saved in a folder (or a hub id), in `dtype` (a torch dtype)."""
+    """The causal LM saved in a folder (or a hub id), in `dtype` (a torch dtype); a folder whose weights files are
+    damaged is one ModelLoadError naming the file."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        damaged = _damaged(path, exc)
+        if damaged is None:
+            raise
+        raise damaged from None
 
 
 def load_causal_lm(path: str, cfg: RlftConfig):
@@ -62,7 +96,13 @@ def load_adapter(model, folder: str | Path, *, trainable: bool = False):
     """A PEFT adapter folder on `model` (a new PeftModel; `trainable` to train it further)."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(folder), is_trainable=trainable)
+    try:
+        return PeftModel.from_pretrained(model, str(folder), is_trainable=trainable)
+    except Exception as exc:
+        damaged = _damaged(folder, exc, "adapter")
+        if damaged is None:
+            raise
+        raise damaged from None
 
 
 def load_weights_into(model, folder: str | Path) -> None:

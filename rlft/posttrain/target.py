@@ -57,7 +57,22 @@ def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
         raise RunError(f"{path}: neither a PEFT adapter (adapter_config.json) nor a transformers model (config.json)")
     step = checkpoint_step(path) if path.parent.name == "checkpoints" else None
     run_config(run_root)  # a damaged config.yaml: one line now, not a traceback after loading the model
+    check_chain(run_root)
     return Target(weights=path, is_adapter=adapter, run_root=run_root, step=step)
+
+
+def check_chain(run_root: Path | None) -> None:
+    """A run that started from earlier runs (`model.init_from`) is used only while each of them is still the run it
+    trained on (the hash its config.yaml recorded): RunError naming both runs and hashes otherwise, before any model
+    loads (its adapter on other weights would be a model nobody trained)."""
+    from rlft.config.init_from import ChainError, chain_of
+
+    if run_root is None:
+        return
+    try:
+        chain_of(run_root)
+    except ChainError as exc:
+        raise RunError(f"model.init_from: {exc}") from None
 
 
 def run_config(run_root: Path | None) -> dict:

@@ -85,6 +85,9 @@ def _run_dir_for(cfg: RlftConfig, opts: RunOptions) -> RunDir:
 def _check_existing(run: RunDir, opts: RunOptions) -> bool:
     """The preconditions on the folder as it is (nothing written): True when it exists and is not empty."""
     # a folder `rlft train --dry-run` prepared for a SLURM job holds only the marker and the script: a new run
+    if run.root.is_symlink():  # --overwrite would move the link aside and later delete through it: refused first
+        raise RunError(f"run folder {run.root} is a symbolic link (to {os.readlink(run.root)}); rlft does not write a "
+                       f"run through a link: set train.output_dir to the folder itself")
     exists = run.root.is_dir() and any(p.name not in (MARKER, "launch.sbatch") for p in run.root.iterdir())
     if run.root.exists() and not run.root.is_dir():
         raise RunError(f"run folder {run.root} is a file; set train.output_dir to a folder")

@@ -49,9 +49,17 @@ def config_changes(old: dict, cfg: RlftConfig) -> list[tuple[str, object, object
             continue
         if key not in a and _plain(b[key]) == _plain(_schema_default(key)):
             continue  # a setting newer than the saved config, at its default
+        if key == "model.init_from" and _same_path(a.get(key), b[key]):
+            continue  # older rlft saved it as given (relative to the working folder); it is recorded absolute now
         if _plain(a.get(key)) != _plain(b[key]):
             out.append((key, a.get(key), b[key]))
     return out
+
+
+def _same_path(a, b) -> bool:
+    import os
+
+    return isinstance(a, str) and isinstance(b, str) and bool(a) and os.path.abspath(a) == os.path.abspath(b)
 
 
 def _leaves(data: dict) -> dict:

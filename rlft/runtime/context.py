@@ -21,6 +21,7 @@ from rlft.rundir.prepare import check_run_dir, prepare_run_dir, resume_command
 from rlft.runtime import outcome
 from rlft.runtime.checkpoint_files import seal_checkpoint
 from rlft.runtime.final import save_final, save_final_again
+from rlft.runtime.first_step import trl_value_error
 from rlft.runtime.interrupt import Interrupt
 from rlft.runtime.process import set_up_process, tracker_env
 from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
@@ -45,6 +46,7 @@ class RunContext:
         self._run: RunDir | None = None  # created by open_run (or on first use of .run)
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.began = False  # a training step began in this process (the resume's changes to the logs are made)
+        self.began_at: int | None = None  # the trainer's step count when this process's first step began
         self.steps, self.max_steps = 0, None  # max_steps: known once training started
         self.eval: dict = {}  # stages that score fresh samples fill eval["start"] / eval["end"]
         self.distributed: dict | None = None  # how the model is laid out across ranks, once prepared
@@ -111,6 +113,13 @@ class RunContext:
             return outcome.stopped(exc, self.resume_command)
         except KeyboardInterrupt:
             return outcome.interrupted_twice(self.run, self.rank, self.resume_command)
+        except (ValueError, TypeError) as exc:
+            # before this process's first step ended: a `trl:` value TRL declares no range for, first used here
+            first = self.began_at is None or trainer.state.global_step == self.began_at
+            refused = trl_value_error(exc, self.cfg.trl, self.composed) if first else None
+            if refused is None:
+                raise
+            raise refused from None
         finally:
             self.console.close()
         if self.interrupt.signal is not None:
@@ -198,6 +207,8 @@ class RunContext:
         """This process's first training step begins: the resume now changes the run's logs."""
         if not self.began:
             self.began = True
+            trainer = getattr(self, "trainer", None)
+            self.began_at = trainer.state.global_step if trainer is not None else None
             self.resume.step_begins(self.run)
 
     def mark_complete(self, trainer) -> None:

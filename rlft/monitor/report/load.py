@@ -329,6 +329,21 @@ def find_tokenizer(path: Path) -> Path | None:
     return next((p for p in candidates if p.is_file()), None)
 
 
+def chain_problems(path: Path) -> list[str]:
+    """A warning when the run started from an earlier run (`model.init_from`) that is gone or was replaced since (its
+    config.yaml's hash is not the one this run recorded): the report still shows what the run logged, but its
+    weights can no longer be rebuilt as trained."""
+    from rlft.config.init_from import ChainError, chain_of
+
+    if not (path / "config.yaml").is_file():
+        return []
+    try:
+        chain_of(path)
+    except ChainError as exc:
+        return [f"warning: model.init_from: {exc}"]
+    return []
+
+
 def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEXT_CHARS) -> RunData:
     path = Path(path)
     if not path.exists():
@@ -351,6 +366,7 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     summary = {}
     if files["summary.json"].is_file():
         summary, problems = read_summary(files["summary.json"])
+    problems += chain_problems(path)
 
     def rows_of(name: str, ok) -> list:
         if not files[name].is_file():

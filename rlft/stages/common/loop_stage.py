@@ -15,7 +15,7 @@ class LoopStage(Stage):
 
     def interrupt_hooks(self, ctx) -> None:
         """Ctrl-C never waits on a hung reward or env step; each evaluation's samples go to eval_completions.jsonl
-        (opens the run folder when there is an evaluation). First in `build`."""
+        (opens the run folder when there is an evaluation). In `build`, once the models have loaded."""
         if self.evaluation is not None:
             self.evaluation.completions = ctx.run.eval_completions
         if self.suite is not None:

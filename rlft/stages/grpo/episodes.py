@@ -64,8 +64,8 @@ class EpisodeGRPOStage(LoopStage):
         self.algorithm = episode_grpo_algorithm(cfg, len(self.train_rows))
 
     def build(self, ctx) -> None:
-        """The interrupt hook, the policy with its value head (untrained here) and the KL reference, the schedule
-        line, then the trainer."""
+        """The policy with its value head (untrained here) and the KL reference, then the interrupt hook (the run
+        folder's first use comes after the models loaded), the schedule line, then the trainer."""
         import sys
 
         from transformers import TrainingArguments
@@ -73,8 +73,8 @@ class EpisodeGRPOStage(LoopStage):
         from rlft.models.hardware import common_training_args
 
         cfg, s = self.cfg, self.algorithm.schedule
-        self.interrupt_hooks(ctx)
         wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.grpo.kl_penalty_coef)  # the loop's model
+        self.interrupt_hooks(ctx)
         args = common_training_args(cfg, str(ctx.run.checkpoints))
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:

@@ -116,17 +116,18 @@ class GRPOStage(Stage):
                            f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
 
     def build(self, ctx) -> None:
-        """The trainer's class and settings, then the policy (and the KL reference) from the config's load plan, then
-        the trainer: synchronous, streaming or asynchronous."""
+        """The policy (and the KL reference) from the config's load plan, then the trainer's class and settings (the
+        first use of the run folder: a model that fails to load leaves none behind), then the trainer: synchronous,
+        streaming or asynchronous."""
         from rlft.models.loading import peft_config, policy, reference
 
         cfg, plan = self.cfg, self.plan
-        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(self.suite)
-        args = grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed)
         model = policy(plan)
         lora = peft_config(plan, model)
         ref = reference(plan) if cfg.grpo.kl_penalty_coef > 0 else None
+        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(self.suite)
+        args = grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed)
         self.trainer = trainer_class(
             model=model,
             reward_funcs=reward_funcs,

@@ -84,13 +84,13 @@ class PPOStage(LoopStage):
                                            extra_suite=extra_suite, skip_columns=("prompt", "prompt_id"))
 
     def build(self, ctx) -> None:
-        """The interrupt hooks, the policy with its value head (and the KL reference), the schedule line, then the
-        trainer."""
+        """The policy with its value head (and the KL reference), then the interrupt hooks (the first use of the run
+        folder: a model that fails to load leaves none behind), the schedule line, then the trainer."""
         import sys
 
         cfg = self.cfg
-        self.interrupt_hooks(ctx)
         wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
+        self.interrupt_hooks(ctx)
         if ctx.rank == 0:
             print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
         self.loop_trainer(ctx, wrapped, ref, training_arguments(cfg, str(ctx.run.checkpoints)), self.train_rows,
