@@ -155,3 +155,17 @@ def test_validate_config_checks_the_judge_without_network(tmp_path):
     assert "reads column `answer`" in out
     res = run_cli("validate-config", "--stage", "grpo", "-c", ROOT / "configs/examples/grpo_judge.yaml")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_judge_failing_mid_run_stops_with_exit_4_and_one_line(server, tmp_path):
+    server.reset("malformed")  # it lists its models (the check before the run passes), then answers nonsense
+    out = tmp_path / "run"
+    res = _train(_config(tmp_path, server.base_url), out, "train.max_steps=6")
+    assert res.returncode == 4, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr
+    said = [line for line in res.stderr.splitlines() if "rlft: stopped:" in line]
+    assert len(said) == 1 and "'llm_judge': 32 errors" in said[0], res.stderr[-3000:]
+    assert f"the judge at {server.base_url}/chat/completions sent a reply that is not a chat completion" in said[0]
+    rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rewards/llm_judge/errors" in r]
+    assert [r["rewards/llm_judge/errors"] for r in rows] == [8.0] * 3  # step 4 tripped the guard (32 of 32)
+    assert json.loads((out / "summary.json").read_text())["exit_code"] == 4
