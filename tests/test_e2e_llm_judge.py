@@ -169,3 +169,15 @@ def test_judge_failing_mid_run_stops_with_exit_4_and_one_line(server, tmp_path):
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rewards/llm_judge/errors" in r]
     assert [r["rewards/llm_judge/errors"] for r in rows] == [8.0] * 3  # step 4 tripped the guard (32 of 32)
     assert json.loads((out / "summary.json").read_text())["exit_code"] == 4
+
+
+def test_overwrite_of_a_judged_run_takes_the_cache_as_rlft_s_own(trained, server, tmp_path):
+    cfg, finished, _, res = trained
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    server.reset("score")
+    res = _train(cfg, out, "--overwrite", "train.max_steps=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "deleted the replaced run" in res.stderr and not (tmp_path / "run.old").exists()
+    assert (out / "judge_cache.jsonl").exists()  # the new run's own cache: it started empty
