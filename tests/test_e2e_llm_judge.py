@@ -114,10 +114,10 @@ def test_rewards_try_with_the_judge(server, tmp_path):
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     server.reset("score")
     res = run_cli("rewards", "try", "-c", DEMO, "-c", _config(tmp_path, server.base_url), "--completions", data,
-                  cwd=tmp_path, env=ENV)
+                  "-o", tmp_path / "scored.jsonl", cwd=tmp_path, env=ENV)
     assert res.returncode == 0, res.stderr[-3000:]
     assert server.requests == 4
-    scored = read_jsonl(tmp_path / "rewards_try.jsonl")
+    scored = read_jsonl(tmp_path / "scored.jsonl")
     assert [r["rewards"]["llm_judge"] for r in scored] == pytest.approx([0.9, 0.1, 0.9, 0.1])
     assert any(line.startswith("llm_judge") for line in res.stdout.splitlines()), res.stdout
 

@@ -90,6 +90,12 @@ def test_scores_number_and_label_replies(server):
     assert body["messages"][-1]["content"] in {TEMPLATE.format(prompt="Repeat z", target="z", completion=c)
                                                for c in ("zzz", "abc", "z")}
     assert all(h.get("Authorization") == f"Bearer {KEY}" for h in server.headers)
+    # a dataset column named like a setting is data for the template, not the setting
+    server.reset("score")
+    assert lj.llm_judge(["p"], ["z"], target=["z"], system=["row's own system column"],
+                        **settings(server, template="{system} " + TEMPLATE)) == pytest.approx([0.9])
+    assert server.bodies[0]["messages"] == [{"role": "user", "content": "row's own system column " + TEMPLATE.format(
+        prompt="p", target="z", completion="z")}]
     server.reset("label")
     assert judge(server, ["zz", "ab"], labels={"good": 1.0, "bad": 0.0}, score=None) == [1.0, 0.0]
 

@@ -472,8 +472,12 @@ def judge_for(kwargs: Mapping[str, Any]) -> Judge:
 def llm_judge(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
     """Each completion scored in [0, 1] by an LLM judge (see the module's text for the kwargs); dataset columns
     arrive in `kwargs` beside the settings and fill the template's other fields."""
-    settings = {k: v for k, v in kwargs.items() if k in ALLOWED}
-    columns = {k: v for k, v in kwargs.items() if k not in ALLOWED}
+    n = len(completions)
+    # a dataset column that shares a setting's name (`system`, `model`) arrives as one value per row: it is data
+    # for the template, never a setting (configured settings are single values, and win over columns anyway)
+    per_row = {k for k, v in kwargs.items() if isinstance(v, (list, tuple)) and len(v) == n}
+    settings = {k: v for k, v in kwargs.items() if k in ALLOWED and k not in per_row}
+    columns = {k: v for k, v in kwargs.items() if k not in settings}
     return judge_for(settings).score(prompts, completions, columns)
 
 
