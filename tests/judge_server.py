@@ -6,6 +6,7 @@ completion, `Target letter: X` the target, and the verdict is whether the comple
   score      a number reply            label     a rubric label reply        slow      a number after `delay` s
   flaky      HTTP 500 for the first `failures` requests, then as `score`     malformed a 200 that is not JSON
   unauthorized  HTTP 401 to everything (also when a request lacks `key`)     hang      never answers
+  bad_request   HTTP 400 to every judgement
 
 It counts requests (`requests`, `paths`) and the most it was answering at once (`max_active`).
 
@@ -21,7 +22,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ("score", "label", "slow", "flaky", "malformed", "unauthorized", "hang")
+MODES = ("score", "label", "slow", "flaky", "malformed", "bad_request", "unauthorized", "hang")
 
 
 def verdict(message: str) -> bool:
@@ -120,6 +121,8 @@ class JudgeServer:
             time.sleep(self.delay)
         if mode == "flaky" and number <= self.failures:
             return self._send(handler, 500, {"error": {"message": "overloaded"}})
+        if mode == "bad_request":
+            return self._send(handler, 400, {"error": {"message": "max_tokens is too large"}})
         if mode == "malformed":
             return self._send(handler, 200, b"{not json")
         good = verdict(body["messages"][-1]["content"])

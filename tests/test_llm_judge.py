@@ -121,11 +121,25 @@ def test_malformed_and_rejected_replies_are_not_retried(server):
     assert scores.per_fn["llm_judge"] == [None, None] and server.requests == 2
     assert "not a chat completion" in suite.rewards[0].last_error
     assert suite.metrics()["rewards/llm_judge/errors"] == 2.0
+    server.reset("bad_request")
+    suite = build_reward_suite([{"fn": "llm_judge", "kwargs": settings(server)}], min_completions=1000)
+    assert suite.score(["p"], ["z"], {"target": ["z"]}).per_fn["llm_judge"] == [None] and server.requests == 1
+    assert "refused the request, HTTP 400: " in suite.rewards[0].last_error and "too large" in \
+        suite.rewards[0].last_error
     server.reset("unauthorized")
     with pytest.raises(lj.JudgeKeyRejected) as info:
         judge(server, ["z" * i for i in range(1, 7)], concurrency=2)
     assert "$JUDGE_KEY" in str(info.value) and KEY not in str(info.value)
     assert server.requests <= 2  # the rest are not sent once the key is rejected
+
+
+def test_connection_failures_name_the_url_and_whether_to_try_again():
+    url = "http://judge.example/v1"
+    assert str(lj._connection_failure(url, socket.gaierror(-2, "Name or service not known"))) == \
+        f"cannot reach the judge at {url} (unknown host)"
+    assert isinstance(lj._connection_failure(url, ConnectionRefusedError()), lj.JudgeUnreachable)
+    assert isinstance(lj._connection_failure(url, TimeoutError()), lj._Retriable)
+    assert isinstance(lj._connection_failure(url, ConnectionResetError()), lj._Retriable)
 
 
 def test_concurrency_is_bounded_at_the_server(server):
