@@ -169,6 +169,8 @@ def test_judge_failing_mid_run_stops_with_exit_4_and_one_line(server, tmp_path):
     rows = [r for r in read_jsonl(out / "metrics.jsonl") if "rewards/llm_judge/errors" in r]
     assert [r["rewards/llm_judge/errors"] for r in rows] == [8.0] * 3  # step 4 tripped the guard (32 of 32)
     assert json.loads((out / "summary.json").read_text())["exit_code"] == 4
+    assert [p for p in out.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()] == []  # errors logged too
+    assert "not a chat completion" in (out / "reward_logs.jsonl").read_text()
 
 
 def test_overwrite_of_a_judged_run_takes_the_cache_as_rlft_s_own(trained, server, tmp_path):

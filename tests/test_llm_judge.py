@@ -140,6 +140,7 @@ def test_connection_failures_name_the_url_and_whether_to_try_again():
     assert isinstance(lj._connection_failure(url, ConnectionRefusedError()), lj.JudgeUnreachable)
     assert isinstance(lj._connection_failure(url, TimeoutError()), lj._Retriable)
     assert isinstance(lj._connection_failure(url, ConnectionResetError()), lj._Retriable)
+    assert lj._scrub(f"bad   key {KEY}\n given", KEY) == "bad key *** given"  # a server echoing the key
 
 
 def test_concurrency_is_bounded_at_the_server(server):
