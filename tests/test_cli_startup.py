@@ -35,6 +35,7 @@ def imported_modules(stderr: str) -> set[str]:
     ["validate-config", "--stage", "dpo", "--hw", "a100", "-c", "configs/examples/production.yaml"],
     ["show-config", "--explain"],
     ["validate-config", "--hw", "auto", "-c", "configs/examples/grpo_demo.yaml"],
+    ["validate-config", "--stage", "grpo", "-c", "configs/examples/grpo_judge.yaml"],  # the llm_judge kwargs check
     ["show-config", "--hw", "auto"],
     ["list"],
     ["keys", "grpo.kl"],

@@ -152,6 +152,7 @@ def test_builtin_registry_lists_all():
         "overlong_penalty",
         "char_fraction",
         "math_answer",
+        "llm_judge",
     }
 
 

@@ -248,6 +248,13 @@ PATTERNS: dict[str, Doc] = {
     "rewards/<name>/std": ("standard deviation of reward `<name>` over the completions it scored", REWARD),
     "rewards/<name>/errors": ("completions reward `<name>` left unscored (raised, timed out or returned None) this "
                               "step, summed over processes; 0 on steps without errors", COUNT),
+    "rewards/<name>/judge_requests": ("`llm_judge` reward `<name>`: HTTP requests sent to the judge this step, "
+                                      "retries included, summed over processes", COUNT),
+    "rewards/<name>/judge_cached": ("`llm_judge` reward `<name>`: completions answered from the reply cache "
+                                    "(<run>/judge_cache.jsonl) this step, without a request, summed over processes",
+                                    COUNT),
+    "rewards/<name>/judge_retries": ("`llm_judge` reward `<name>`: requests tried again this step (after a 429, a "
+                                     "5xx, a timeout or a dropped connection), summed over processes", COUNT),
     "eval_reward": ("evaluation row (`grpo.eval_every`, `ppo.eval_interval`): mean total reward of fresh samples on "
                     "the evaluation prompts (mean@n over `eval.samples_per_prompt` samples each)", REWARD),
     "eval_pass_at_k": ("evaluation row: pass@n, share of evaluation prompts with at least one sample whose total "

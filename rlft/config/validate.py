@@ -357,7 +357,7 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
         rewards = _get(c.data, key)
         if not rewards or not isinstance(rewards, list):
             continue
-        from rlft.rewards.registry import check_reward_spec, module_search_dir
+        from rlft.rewards.registry import check_reward_kwargs, check_reward_spec, module_search_dir
 
         config_dir = c.dir_of(key)
         for i, item in enumerate(rewards):
@@ -365,6 +365,9 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
                 msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
                 if msg:
                     problems.append(Problem(f"{key}[{i}].fn", c.layer_of(key), msg))
+                    continue
+                for msg in check_reward_kwargs(item["fn"], item.get("kwargs") or {}):  # a built-in's own check
+                    problems.append(Problem(f"{key}[{i}].kwargs", c.layer_of(key), f"reward `{item['fn']}`: {msg}"))
 
 
 def _reward_names(rewards: Any) -> list[tuple[int, str]]:

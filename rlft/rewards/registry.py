@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rlft.rewards import builtin, math_answer
+from rlft.rewards import builtin, llm_judge, math_answer
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -42,6 +42,7 @@ __all__ = [
     "module_search_dir",
     "reward_short_name",
     "reward_columns",
+    "check_reward_kwargs",
 ]
 
 BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
@@ -54,6 +55,7 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
     "overlong_penalty": builtin.overlong_penalty,
     "char_fraction": builtin.char_fraction,
     "math_answer": math_answer.math_answer,  # an optional extra: rlft[math]
+    "llm_judge": llm_judge.llm_judge,  # an OpenAI-compatible chat endpoint (rlft/rewards/llm_judge.py)
 }
 
 # how custom specs look, repeated in errors so the fix is obvious
@@ -439,3 +441,13 @@ def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
         except TypeError:
             pass  # a broken declaration is reported when training resolves the reward
     return list(dict.fromkeys(cols))
+
+
+def check_reward_kwargs(spec: str, kwargs: Any) -> list[str]:
+    """Problems with a built-in's configured kwargs, for those that declare a check (`check_kwargs`, no network,
+    no import of user code); [] for custom rewards, whose kwargs are their own business."""
+    fn = BUILTIN_REWARDS.get(spec.strip()) if isinstance(spec, str) else None
+    check = getattr(fn, "check_kwargs", None)
+    if check is None:
+        return []
+    return list(check(kwargs if isinstance(kwargs, dict) else {}))

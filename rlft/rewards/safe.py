@@ -299,7 +299,7 @@ class SafeReward:
             "reward %r %s; those completions get no score. Further failures of this kind are counted, not logged.",
             self.name,
             message,
-            exc_info=exc,
+            exc_info=None if getattr(exc, "expected", False) else exc,  # a failure its message explains
         )
 
 
@@ -423,6 +423,9 @@ class RewardSuite:
                 out[f"rewards/{r.name}/mean"] = statistics.fmean(values)
                 out[f"rewards/{r.name}/std"] = statistics.pstdev(values)
             out[f"rewards/{r.name}/errors"] = float(r.pop_counts()["errors"])
+            extra = getattr(r.fn, "pop_metrics", None)  # a reward's own counts (llm_judge: requests, cache hits)
+            if extra is not None:
+                out.update({f"rewards/{r.name}/{k}": float(v) for k, v in extra(r.kwargs).items()})
             self._window_scores[r.name] = []
         if self._window_totals:
             out["reward"] = statistics.fmean(self._window_totals)
@@ -527,6 +530,9 @@ def build_reward_suite(
         name = _unique_name(str(name), taken)
         taken.add(name)
         reward = SafeReward(name, fn, weight=weight, kwargs=_plain(kwargs), timeout_s=timeout_s)
+        preflight = getattr(fn, "preflight", None)
+        if preflight is not None:  # a reward behind a server checks it answers before the run (llm_judge)
+            preflight(reward.kwargs)
         # how it was found, so a changed file can be resolved again (rlft.rewards.reload)
         reward.spec = spec
         reward.base_dir = base_dir if base_dir is not None else module_search_dir(spec, config_dir)

@@ -35,7 +35,7 @@ LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run
 _RUN_FILES = (r"config\.yaml", r"config\.step-\d+\.yaml", r"metrics\.jsonl", r"completions\.jsonl",
               r"eval_completions\.jsonl", r"health\.jsonl", r"reward_logs\.jsonl", r"samples\.jsonl",
               r"summary\.json", r"distributed\.json", r"rounds\.json", r"overrides\.yaml", r"launch\.sbatch",
-              r"eval\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
+              r"eval\.jsonl", r"judge_cache\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
 RUN_OWNED = Owned(files=(*_RUN_FILES, *(f + r"\.tmp" for f in _RUN_FILES), r"\.rlft-eval-config\.yaml\..+\.tmp"),
                   dirs=("checkpoints", "final", r"final\.tmp", "report", "tensorboard", "wandb"))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
+from rlft.rewards.run_folder import set_run_folder
 from rlft.rundir.folder import RunDir
 from rlft.rundir.options import RunOptions
 from rlft.rundir.prepare import check_run_dir, prepare_run_dir, resume_command
@@ -70,6 +71,7 @@ class RunContext:
             return self._run
         run = self._run = prepare_run_dir(self.cfg, self.composed, self.opts)
         os.environ.update(tracker_env(self.cfg.train.report_to, run.root, os.environ))
+        set_run_folder(run.root)  # rewards that keep files in the run (the llm_judge cache) find it
         try:
             self.resume.open(run)
             if self.rank == 0 and not run.health.exists():
@@ -134,6 +136,7 @@ class RunContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.interrupt.restore()
+        set_run_folder(None)
         run = self._run  # a run that failed before its folder was opened leaves none behind
         if run is not None:
             code, error = outcome.exit_of(exc_type, exc, self.exit_code)

@@ -158,6 +158,8 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             for name in self.reward_suite.names:
                 errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
                 m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
+            for key in sorted(k for k in local if k.rsplit("/", 1)[-1].startswith("judge_")):  # counts: summed
+                m[key].append(self.accelerator.gather(torch.tensor(local[key], device=device)).sum().item())
             # every completion scored counts, those of the groups dynamic sampling dropped included
             scored, failed = self._dynamic_scored if g.dynamic_sampling else (valid_N.numel(), (~valid_N).sum().item())
             self.reward_suite.record(scored, failed)  # may stop the run
