@@ -178,6 +178,17 @@ METRICS: dict[str, Doc] = {**ONLINE, **GRPO_BATCH, **PPO, **PREFERENCE, **ROUNDS
 
 # A stage's own meaning of a shared name
 STAGE_METRICS: dict[str, dict[str, Doc]] = {
+    "rm": {  # TRL's RewardTrainer (trl/trainer/reward_trainer.py); `eval_` + the name on held-out pairs
+        "loss": ("TRL: Bradley-Terry loss −log σ(r_chosen − r_rejected), mean over the step's pairs (plus "
+                 "`rm.center_rewards_coefficient`·mean(r²) when set)", ONE),
+        "accuracy": ("TRL: pairwise accuracy, share of the step's pairs whose chosen answer scores above the "
+                     "rejected one", FRACTION),
+        "margin": ("TRL: mean reward margin r_chosen − r_rejected over the step's pairs", REWARD),
+        "mean_reward": ("TRL: mean score of the step's chosen and rejected answers", REWARD),
+        "min_reward": ("TRL: lowest score among the step's answers", REWARD),
+        "max_reward": ("TRL: highest score among the step's answers", REWARD),
+        "num_tokens": ("TRL: tokens of the pairs trained on so far (all processes)", TOKENS),
+    },
     "grpo": {
         "reward": ("TRL: mean total reward (the `rewards[]` scores times their weights, summed; a failed score counts "
                    "0 unless every reward failed) of the step's sampled completions; with `env.name`, the mean "
