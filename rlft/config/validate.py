@@ -343,7 +343,7 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
         rewards = _get(c.data, key)
         if not rewards or not isinstance(rewards, list):
             continue
-        from rlft.rewards.registry import check_reward_spec, module_search_dir
+        from rlft.rewards.registry import check_reward_kwargs, check_reward_spec, module_search_dir
 
         config_dir = c.dir_of(key)
         for i, item in enumerate(rewards):
@@ -351,6 +351,10 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
                 msg = check_reward_spec(item["fn"], module_search_dir(item["fn"], config_dir))
                 if msg:
                     problems.append(Problem(f"{key}[{i}].fn", c.layer_of(key), msg))
+                    continue
+                for name, problem in check_reward_kwargs(item["fn"], item.get("kwargs") or {},
+                                                         getattr(c, "pending", ())):
+                    problems.append(Problem(f"{key}[{i}].kwargs.{name}", c.layer_of(key), problem))
 
 
 def _check_env_resolve(c: Composed, problems: list[Problem]) -> None:

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from rlft.rewards import builtin, math_answer
+from rlft.rewards import reward_model as rm_reward
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -54,7 +55,11 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
     "overlong_penalty": builtin.overlong_penalty,
     "char_fraction": builtin.char_fraction,
     "math_answer": math_answer.math_answer,  # an optional extra: rlft[math]
+    "reward_model": rm_reward.reward_model,  # a trained reward model (transformers, loaded on first call)
 }
+
+# built-ins whose configured kwargs validate-config checks: fn(kwargs, pending) -> [(kwargs key, problem)]
+KWARGS_CHECKS = {"reward_model": rm_reward.check_kwargs}
 
 # how custom specs look, repeated in errors so the fix is obvious
 _SPEC_FORMS = "'package.module:function' or 'path/to/file.py:function'"
@@ -420,6 +425,15 @@ def _check_source(path: Path, attr_path: str, spec: str, label: str) -> None:
         node = nodes[-1]
         kind = type(ast.literal_eval(node)).__name__ if isinstance(node, ast.Constant) else "literal value"
         raise RewardResolveError(f"{attr_path!r} in {label} is not callable (it is a {kind}); reward {spec!r}")
+
+
+def check_reward_kwargs(spec: Any, kwargs: Any, pending: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """[(kwargs key, problem)] of a built-in's configured kwargs, read without importing torch (`pending`: folders
+    an earlier pipeline stage will write)."""
+    check = KWARGS_CHECKS.get(spec.strip()) if isinstance(spec, str) else None
+    if check is None:
+        return []
+    return check(kwargs if isinstance(kwargs, dict) else {}, pending)
 
 
 def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
