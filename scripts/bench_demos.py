@@ -167,7 +167,7 @@ DEMOS: dict[str, Demo] = {
     "orpo": Demo(_train("orpo", "orpo_demo.yaml"), lambda d: preference(d / "run"), {"acc_last5": (">=", 0.8)},
                  "test_e2e_preference.py::test_orpo_demo_learns"),
     "rm": Demo(_train("rm", "rm_demo.yaml"), lambda d: pairwise(d / "run"),
-               {"acc_end": (">=", 0.9), "margin_end": (">", 1.0)}, "test_e2e_rm.py::test_rm_demo_learns"),
+               {"acc_end": (">=", 0.85), "margin_end": (">", 1.0)}, "test_e2e_rm.py::test_rm_demo_learns"),
     "rs_sft": Demo(_train("rs_sft", "rs_sft_demo.yaml"), lambda d: eval_gain(d / "run"),
                    {"eval_start": ("<", 0.1), "eval_gain": (">", 0.3)}, "test_e2e_rs_awr.py::test_rs_sft_demo_learns"),
     "awr": Demo(_train("awr", "awr_demo.yaml"), lambda d: eval_gain(d / "run"),

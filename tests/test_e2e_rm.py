@@ -39,10 +39,10 @@ def rm_run(tmp_path_factory):
 def test_rm_demo_learns(rm_run):
     out, res = rm_run
     ev = json.loads((out / "summary.json").read_text())["eval"]
-    assert ev["start"]["pairs"] == "data.eval" and ev["start"]["n"] == 16
+    assert ev["start"]["pairs"] == "data.eval" and ev["start"]["n"] == 32
     # the untrained head is a coin with a bias; the trained one separates the held-out pairs. Thresholds below the
     # worst of 3 seeds x 2 CPU kernels (scripts/bench_demos.py --demos rm, docs/benchmarks.md)
-    assert ev["end"]["pairwise_accuracy"] >= 0.9 > ev["start"]["pairwise_accuracy"]
+    assert ev["end"]["pairwise_accuracy"] >= 0.85 > ev["start"]["pairwise_accuracy"]
     assert ev["end"]["reward_margin"] > ev["start"]["reward_margin"] + 1.0
     assert ev["end"]["loss"] < ev["start"]["loss"]
     assert "pairwise accuracy" in res.stderr
@@ -54,7 +54,7 @@ def test_rm_metrics_carry_pairwise_numbers(rm_run):
     train = [r for r in rows if r.get("accuracy") is not None]
     assert len(train) >= 20 and all({"loss", "margin", "mean_reward"} <= set(r) for r in train)
     held = [r for r in rows if r.get("eval_accuracy") is not None]
-    assert held and held[-1]["eval_accuracy"] >= 0.9  # TRL's own eval on data.eval every train.eval_steps
+    assert held and held[-1]["eval_accuracy"] >= 0.85  # TRL's own eval on data.eval every train.eval_steps
     assert sum(r["accuracy"] for r in train[-5:]) / 5 > sum(r["accuracy"] for r in train[:3]) / 3
 
 
