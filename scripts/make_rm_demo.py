@@ -13,6 +13,7 @@ against it learns what the demo's verifier (`char_fraction`) checks, without eve
 and commit the file.
 
     python scripts/make_rm_demo.py [--rows 256] [--seed 0] [--out PATH]
+    python scripts/make_rm_demo.py --rows 32 --seed 1 --out configs/examples/data/rm_eval.jsonl   # held out
 """
 
 from __future__ import annotations
