@@ -17,7 +17,7 @@ def write_model(folder, arch="Qwen2ForSequenceClassification", **extra):
     return folder
 
 
-def config(tmp_path, kwargs):
+def config_file(tmp_path, kwargs):
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"model": {"name_or_path": "tiny"}, "data": {"train": "demo"},
                                 "rewards": [{"fn": "reward_model", "kwargs": kwargs}]}))
@@ -57,14 +57,14 @@ def test_a_causal_lm_or_an_adapter_is_no_reward_model(tmp_path):
 
 def test_validate_config_refuses_a_bad_path_in_one_line(tmp_path):
     res = run_cli("validate-config", "--stage", "grpo", "--hw", "cpu", "-c",
-                  config(tmp_path, {"path": str(tmp_path / "missing" / "final")}))
+                  config_file(tmp_path, {"path": str(tmp_path / "missing" / "final")}))
     assert res.returncode == 2
     line = next(ln for ln in res.stderr.splitlines() if "rewards[0].kwargs.path" in ln)
     assert "c.yaml" in line and "reward model folder not found" in line
     assert "Traceback" not in res.stderr
     good = write_model(tmp_path / "rm")
     assert run_cli("validate-config", "--stage", "grpo", "--hw", "cpu", "-c",
-                   config(tmp_path, {"path": str(good)})).returncode == 0
+                   config_file(tmp_path, {"path": str(good)})).returncode == 0
 
 
 def pipeline(tmp_path, path_value, first="rm"):
@@ -97,3 +97,14 @@ def test_a_reference_to_no_earlier_stage_is_refused(tmp_path, ref, words):
     with pytest.raises(ConfigError) as exc:
         load_pipeline(pipeline(tmp_path, ref))
     assert words in str(exc.value) and "stage 2" in str(exc.value)
+
+
+def test_plan_counts_the_reward_models_weights(tmp_path):
+    from rlft.plan.model_shape import tiny_config
+
+    config, _ = tiny_config(0.15)
+    rm = write_model(tmp_path / "rm", **{k: v for k, v in config.items() if k != "architectures"})
+    res = run_cli("plan", "--stage", "grpo", "--hw", "cpu", "-c", config_file(tmp_path, {"path": str(rm)}))
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("reward_model"))
+    assert "always" in line and "params x 4 B" in line and str(rm) in line
