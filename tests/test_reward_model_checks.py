@@ -108,3 +108,15 @@ def test_plan_counts_the_reward_models_weights(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("reward_model"))
     assert "always" in line and "params x 4 B" in line and str(rm) in line
+
+
+def test_running_normalization_uses_every_score_seen_so_far():
+    import threading
+
+    from rlft.rewards.reward_model import _Scorer
+
+    scorer = _Scorer.__new__(_Scorer)  # the statistics only: no model behind it
+    scorer.count, scorer.mean, scorer.m2, scorer.lock = 0, 0.0, 0.0, threading.Lock()
+    assert scorer.running([1.0, 3.0]) == pytest.approx([-1.0, 1.0])  # mean 2, std 1
+    assert scorer.running([2.0]) == pytest.approx([0.0])  # mean of 1, 3, 2 is 2
+    assert scorer.count == 3 and scorer.mean == pytest.approx(2.0)
