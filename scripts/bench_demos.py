@@ -95,6 +95,12 @@ def preference(run: Path) -> dict:
     return {"acc_last5": fmean(r["rewards/accuracies"] for r in rows[-5:])}
 
 
+def pairwise(run: Path) -> dict:
+    ev = summary(run)["eval"]
+    return {"acc_start": ev["start"]["pairwise_accuracy"], "acc_end": ev["end"]["pairwise_accuracy"],
+            "margin_end": ev["end"]["reward_margin"]}
+
+
 def eval_gain(run: Path) -> dict:
     ev = summary(run)["eval"]
     return {"eval_start": ev["start"]["reward_mean"], "eval_end": ev["end"]["reward_mean"],
@@ -160,6 +166,8 @@ DEMOS: dict[str, Demo] = {
                 "test_e2e_preference.py::test_dpo_demo_learns"),
     "orpo": Demo(_train("orpo", "orpo_demo.yaml"), lambda d: preference(d / "run"), {"acc_last5": (">=", 0.8)},
                  "test_e2e_preference.py::test_orpo_demo_learns"),
+    "rm": Demo(_train("rm", "rm_demo.yaml"), lambda d: pairwise(d / "run"),
+               {"acc_end": (">=", 0.85), "margin_end": (">", 1.0)}, "test_e2e_rm.py::test_rm_demo_learns"),
     "rs_sft": Demo(_train("rs_sft", "rs_sft_demo.yaml"), lambda d: eval_gain(d / "run"),
                    {"eval_start": ("<", 0.1), "eval_gain": (">", 0.3)}, "test_e2e_rs_awr.py::test_rs_sft_demo_learns"),
     "awr": Demo(_train("awr", "awr_demo.yaml"), lambda d: eval_gain(d / "run"),

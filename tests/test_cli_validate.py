@@ -76,8 +76,8 @@ def test_bundled_profiles_validate(stage, hw):
     assert result.stdout.startswith(f"config OK: stage {stage}, hw {hw}")
 
 
-def test_there_are_36_bundled_combinations():
-    assert len(STAGES) == 6 and len(HARDWARE) == 6
+def test_there_are_42_bundled_combinations():
+    assert len(STAGES) == 7 and len(HARDWARE) == 6
     for stage in STAGES:
         assert (configs_dir() / "stages" / f"{stage}.yaml").is_file()
     for hw in HARDWARE:

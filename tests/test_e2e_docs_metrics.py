@@ -24,6 +24,7 @@ SHORT = {
     "ppo": ["ppo.num_episodes=32", "ppo.eval_interval=100000", "ppo.save_interval=100000", "data.eval_prompts=0"],
     "dpo": ["train.max_steps=2"],
     "orpo": ["train.max_steps=2"],
+    "rm": ["train.max_steps=2", "train.eval_steps=1"],
     "rs_sft": ["rs_sft.rounds=1", "rs_sft.num_samples_per_prompt=2", "data.max_samples=8", "data.eval_prompts=0",
                "train.num_train_epochs=1"],
     "awr": ["awr.rounds=1", "awr.num_samples_per_prompt=2", "data.max_samples=8", "data.eval_prompts=0",

@@ -44,6 +44,8 @@ def test_example_trains_two_steps(tmp_path, path):
                   "grpo.max_tokens=8"]
     elif stage in ("dpo", "orpo"):
         small += [f"{stage}.max_length=64", f"{stage}.max_prompt_length=32"]
+    elif stage == "rm":
+        small += ["rm.max_length=64"]
     elif stage == "ppo":  # two updates of 4 episodes
         small += ["ppo.num_episodes=8", "ppo.batch_size=4", "ppo.mini_batch_size=2", "ppo.ppo_epochs=1",
                   "ppo.max_tokens=8"]

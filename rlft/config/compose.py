@@ -308,6 +308,7 @@ class Composed:
     stage: str
     hw: str
     profile_layers: int = 3  # base, stage and hardware profiles come first; later layers are the user's
+    pending: tuple[str, ...] = ()  # folders an earlier pipeline stage writes, not there yet (checked once they are)
 
     def set_by_user(self, path: str) -> bool:
         """Whether a layer after rlft's own profiles set `path` (a user file, pipeline entry or override)."""

@@ -180,6 +180,17 @@ METRICS: dict[str, Doc] = {**ONLINE, **GRPO_BATCH, **PPO, **PREFERENCE, **ROUNDS
 
 # A stage's own meaning of a shared name
 STAGE_METRICS: dict[str, dict[str, Doc]] = {
+    "rm": {  # TRL's RewardTrainer (trl/trainer/reward_trainer.py); `eval_` + the name on held-out pairs
+        "loss": ("TRL: Bradley-Terry loss −log σ(r_chosen − r_rejected), mean over the step's pairs (plus "
+                 "`rm.center_rewards_coefficient`·mean(r²) when set)", ONE),
+        "accuracy": ("TRL: pairwise accuracy, share of the step's pairs whose chosen answer scores above the "
+                     "rejected one", FRACTION),
+        "margin": ("TRL: mean reward margin r_chosen − r_rejected over the step's pairs", REWARD),
+        "mean_reward": ("TRL: mean score of the step's chosen and rejected answers", REWARD),
+        "min_reward": ("TRL: lowest score among the step's answers", REWARD),
+        "max_reward": ("TRL: highest score among the step's answers", REWARD),
+        "num_tokens": ("TRL: tokens of the pairs trained on so far (all processes)", TOKENS),
+    },
     "grpo": {
         "reward": ("TRL: mean total reward (the `rewards[]` scores times their weights, summed; a failed score counts "
                    "0 unless every reward failed) of the step's sampled completions; with `env.name`, the mean "
@@ -270,6 +281,19 @@ PATTERNS: dict[str, Doc] = {
 
 # Keys some settings add to grpo / ppo rows (not in every row)
 CONDITIONAL: dict[str, Doc] = {
+    # TRL's evaluate on data.eval, every train.eval_steps (the rm stage's names; dpo/orpo log their own with eval_)
+    "eval_loss": ("with `data.eval`: TRL's loss on the held-out pairs (rm: the Bradley-Terry loss)", ONE),
+    "eval_accuracy": ("rm with `data.eval`: pairwise accuracy on the held-out pairs", FRACTION),
+    "eval_margin": ("rm with `data.eval`: mean reward margin r_chosen − r_rejected on the held-out pairs", REWARD),
+    "eval_mean_reward": ("rm with `data.eval`: mean score of the held-out answers", REWARD),
+    "eval_min_reward": ("rm with `data.eval`: lowest score among the held-out answers (mean over eval batches)",
+                        REWARD),
+    "eval_max_reward": ("rm with `data.eval`: highest score among the held-out answers (mean over eval batches)",
+                        REWARD),
+    "eval_num_tokens": ("rm with `data.eval`: training tokens seen when the evaluation ran", TOKENS),
+    "eval_runtime": ("with `data.eval`: seconds TRL's evaluation took", SECONDS),
+    "eval_samples_per_second": ("with `data.eval`: held-out rows scored per second", "rows per second"),
+    "eval_steps_per_second": ("with `data.eval`: evaluation batches per second", "batches per second"),
     "groups_removed": ("grpo with `remove_constant_reward_groups`: prompt groups left out of the loss this step "
                        "(constant rewards)", COUNT),
     "dynamic/tries": ("grpo with `dynamic_sampling`: samplings this step took to find its groups with signal (1 = "

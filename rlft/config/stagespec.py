@@ -116,6 +116,7 @@ class StageSpec:
     uses_reference: bool = False            # measures KL or preferences against a frozen model
     uses_env: bool = False                  # can run multi-turn episodes in `env.name`
     reloads_rewards: bool = False           # `monitor.reward_hot_reload` re-imports its reward files per step
+    trains_policy: bool = True              # final/ is a policy the next pipeline stage starts from (rm: a scorer)
     total_steps: Callable[[Any], int] | None = None  # steps a run trains, from the typed config (None: train.max_steps)
     steps_per_generation: Callable[[Any], int] | None = None  # optimizer steps that train on one sampled batch
     metrics: tuple[str, ...] = ()           # keys every metrics.jsonl row carries (null when not measured that step)

@@ -366,8 +366,10 @@ def _check_rewards_resolve(c: Composed, problems: list[Problem]) -> None:
                 if msg:
                     problems.append(Problem(f"{key}[{i}].fn", c.layer_of(key), msg))
                     continue
-                for msg in check_reward_kwargs(item["fn"], item.get("kwargs") or {}):  # a built-in's own check
-                    problems.append(Problem(f"{key}[{i}].kwargs", c.layer_of(key), f"reward `{item['fn']}`: {msg}"))
+                for name, problem in check_reward_kwargs(item["fn"], item.get("kwargs") or {},
+                                                         getattr(c, "pending", ())):  # a built-in's own check
+                    where = f"{key}[{i}].kwargs" + (f".{name}" if name else "")
+                    problems.append(Problem(where, c.layer_of(key), f"reward `{item['fn']}`: {problem}"))
 
 
 def _reward_names(rewards: Any) -> list[tuple[int, str]]:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from rlft.config.errors import ConfigError
-from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides
+from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides, starts_next
 
 SUMMARY = "pipeline_summary.json"
 
@@ -109,7 +109,7 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         if resume and stage_finished(run_dir):
             print(f"rlft pipeline: {entry.label} finished earlier ({run_dir}), skipped", file=sys.stderr)
             records[entry.index] = _stage_record(pipe, entry)
-            previous = run_dir
+            previous = run_dir if starts_next(entry) else previous
             continue
         composed = compose_stage(pipe, entry, common, own.get(entry.index, []), hw_default, previous,
                                  tuple((stage_layers or {}).get(entry.index, ())))
@@ -140,7 +140,7 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
                   f"`{resume_cmd}`", file=sys.stderr)
             return code
         write_pipeline_summary(pipe, records, "running")
-        previous = run_dir
+        previous = run_dir if starts_next(entry) else previous
     write_pipeline_summary(pipe, records, "finished")
     print_table(pipe, records)
     print(f"rlft pipeline: {len(pipe.stages)} stages finished; summary in {pipe.output_dir / SUMMARY}", file=sys.stderr)

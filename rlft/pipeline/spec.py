@@ -17,7 +17,12 @@ Layers of stage i: base < stage profile < hardware profile < `defaults` < the st
 its own keys < command-line overrides (`KEY=VALUE` for every stage, `stages.<i or name>.KEY=VALUE` for
 one; stages are numbered from 1 like their run folders) < what the pipeline sets itself (the run
 folder `<output_dir>/<NN>-<stage>` and `model.init_from` = the stage before, unless the entry sets
-`model.init_from` itself).
+`model.init_from` itself). A stage whose final/ is no policy (`rm`: a reward model) is skipped by that chain:
+the stage after it starts from the policy before it.
+
+A value may name an earlier stage's model: `${stages.<name or number>.final}` (its final/ folder) or
+`${stages.<name or number>.dir}` (its run folder), anywhere in `defaults:` or an entry, e.g. a later stage's
+`rewards: [{fn: reward_model, kwargs: {path: ${stages.rm.final}}}]`. Only earlier stages can be named.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import re
 
 import yaml
 
@@ -34,6 +41,7 @@ from rlft.config.schema import HARDWARE, STAGES
 from rlft.rundir.markers import check_name
 
 ENTRY_KEYS = ("stage", "hw", "config", "name")  # the rest of an entry is config
+STAGE_REF = re.compile(r"\$\{stages\.([^.}]+)\.(final|dir)\}")  # `${stages.rm.final}`
 TOP_KEYS = ("name", "output_dir", "defaults", "stages")
 
 
@@ -182,9 +190,71 @@ def load_pipeline(path: str | Path) -> Pipeline:
                       source_dir=base_dir)
         model = own.get("model") if isinstance(own.get("model"), dict) else {}
         pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], name, layer, "init_from" in model))
+    for entry in pipe.stages:
+        for key, ref, why in bad_refs(pipe, entry):
+            problems.append(Problem(key, entry.layer.where(key) if key in entry.layer.lines else shown,
+                                    f"{entry.label}: `{ref}` {why}"))
     if problems:
         raise ConfigError(problems)
     return pipe
+
+
+def _strings(data, prefix: str = ""):
+    """(dotted key, string) of every string value in a config mapping, lists included."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        key = f"{prefix}.{k}" if isinstance(data, dict) and prefix else str(k) if isinstance(data, dict) \
+            else f"{prefix}[{k}]"
+        if isinstance(v, str):
+            yield key, v
+        else:
+            yield from _strings(v, key)
+
+
+def bad_refs(pipe: Pipeline, entry: StageEntry) -> list[tuple[str, str, str]]:
+    """(key, reference, why) for each `${stages.X.final}` in the entry (and the defaults) that names no earlier
+    stage."""
+    found = []
+    for layer in (pipe.defaults, entry.layer):
+        for key, value in _strings(layer.data):
+            for m in STAGE_REF.finditer(value):
+                target = pipe.select(m.group(1))
+                if target is None:
+                    names = ", ".join(e.name for e in pipe.stages)
+                    found.append((key, m.group(0), f"names no stage of this pipeline (stages: {names})"))
+                elif target.index >= entry.index:
+                    found.append((key, m.group(0), f"names stage {target.index} ({target.name}), which runs "
+                                                   f"{'as' if target is entry else 'after'} this one; only an "
+                                                   "earlier stage's model exists by then"))
+    return found
+
+
+def with_refs(pipe: Pipeline, entry: StageEntry, layer: Layer) -> tuple[Layer, list[str]]:
+    """`layer` with each `${stages.X.final|dir}` replaced by that earlier stage's folder, and those folders."""
+    paths: list[str] = []
+
+    def sub(value):
+        if isinstance(value, dict):
+            return {k: sub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [sub(v) for v in value]
+        if not isinstance(value, str) or "${stages." not in value:
+            return value
+
+        def folder(m):
+            target = pipe.select(m.group(1))
+            if target is None or target.index >= entry.index:  # load_pipeline reported it
+                return m.group(0)
+            path = pipe.stage_dir(target) / ("final" if m.group(2) == "final" else "")
+            paths.append(str(path))
+            return str(path)
+
+        return STAGE_REF.sub(folder, value)
+
+    data = sub(layer.data)
+    if not paths:
+        return layer, []
+    return Layer(layer.name, data, layer.lines, source_dir=layer.source_dir, profile=layer.profile), paths
 
 
 def split_overrides(pipe: Pipeline, overrides: list[str]) -> tuple[list[str], dict[int, list[str]], list[Problem]]:
@@ -213,13 +283,28 @@ def compose_stage(pipe: Pipeline, entry: StageEntry, common: list[str], own: lis
                   init_from: Path | None, extra: tuple[Layer, ...] = ()) -> Composed:
     """The layered config of one stage; `init_from` is the run it starts from (None for the first); `extra`
     layers go last (`--smoke`'s changes)."""
+    from rlft.config.init_from import is_finished
+
     implied: dict[str, Any] = {}
     if init_from is not None and not entry.sets_init_from:
         implied["model"] = {"init_from": str(init_from)}
-    before = [pipe.defaults] + ([Layer(f"pipeline: starts from {init_from}", implied)] if implied else [])
+    defaults, refs = with_refs(pipe, entry, pipe.defaults)
+    own_layer, more = with_refs(pipe, entry, entry.layer)
+    before = [defaults] + ([Layer(f"pipeline: starts from {init_from}", implied)] if implied else [])
     last = [Layer("pipeline: run folder", {"train": {"output_dir": str(pipe.stage_dir(entry))}})]
-    return compose(entry.stage, entry.hw or hw_default, entry.files, [*common, *own],
-                   before_files=before, after_files=[entry.layer], last=[*last, *extra])
+    composed = compose(entry.stage, entry.hw or hw_default, entry.files, [*common, *own],
+                       before_files=before, after_files=[own_layer], last=[*last, *extra])
+    # an earlier stage's model that does not exist yet (the pipeline has not run it): checked once it has
+    composed.pending = tuple(p for p in refs + more if not is_finished(Path(p).parent if p.endswith("final")
+                                                                             else Path(p)))
+    return composed
+
+
+def starts_next(entry: StageEntry) -> bool:
+    """Whether the next stage starts from this one's final/ (a policy; an rm stage's reward model is not)."""
+    from rlft.config.stages import get_spec
+
+    return get_spec(entry.stage).trains_policy
 
 
 def check_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str):
@@ -242,7 +327,8 @@ def check_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str):
         from rlft.config.init_from import is_finished
 
         run_dir = pipe.stage_dir(entry)
-        previous = run_dir if is_finished(run_dir) else None
+        if starts_next(entry):
+            previous = run_dir if is_finished(run_dir) else None
     if any(p.level == "error" for p in problems):
         raise ConfigError(problems)
     return checked

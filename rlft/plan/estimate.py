@@ -243,6 +243,7 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
     params, n_train, adapted = _parameter_terms(cfg, shape, pr, world, notes)
     out = [T.runtime(cfg.hw.device), *params, *_training_terms(cfg, shape, pr, w, adapted),
            *_sampling_terms(cfg, shape, pr, w, world, device_bytes, notes), _reference(w.reference, shape, pr, sw)]
+    out += _reward_model_terms(cfg, notes)
     if w.critic_copy:
         out.append(T.critic_copy(shape.num_params(), pr.weight_b, n_train, pr.train_b, cfg.lora.enabled))
     if cfg.hw.distributed_strategy == "ddp" and world > 1:
@@ -264,6 +265,39 @@ def make_plan(cfg: RlftConfig, shape: ModelShape, device_bytes: float | None = N
         out.append(T.allocator(sum(t.bytes for t in out if t.phase != T.ALWAYS)))
     return Plan(cfg.stage, hw or cfg.hw.name, cfg.hw.device, world, pr.name, shape, out, device_bytes,
                 device_source, notes, adds, data, limits_why, planned_tokens(w))
+
+
+RM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _reward_model_terms(cfg: RlftConfig, notes: list[str]) -> list[T.Term]:
+    """The weights of each `reward_model` reward scored on the policy's device (its config.json read, no torch);
+    one term per model, as the reward loads each path once."""
+    import json
+    from pathlib import Path
+
+    from rlft.plan.model_shape import ShapeError, shape_from_config
+
+    out, seen = [], set()
+    for r in [*cfg.rewards, *cfg.eval.rewards]:
+        kwargs = r.kwargs or {}
+        path = kwargs.get("path")
+        if r.fn != "reward_model" or not isinstance(path, str) or path in seen:
+            continue
+        seen.add(path)
+        if kwargs.get("device") not in (None, cfg.hw.device):
+            notes.append(f"reward model {path}: on {kwargs['device']}, not counted on this device")
+            continue
+        try:
+            config = json.loads((Path(path).expanduser() / "config.json").read_text())
+            n = shape_from_config(config, path).num_params()
+        except (OSError, ValueError, ShapeError):
+            notes.append(f"reward model {path}: no readable config.json here (a hub id, or not trained yet), not "
+                         "counted")
+            continue
+        dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+        out.append(T.reward_model(n, RM_DTYPE_BYTES.get(dtype, 4), path))
+    return out
 
 
 def planned_tokens(w: MemoryProfile) -> dict[str, int]:

@@ -238,6 +238,12 @@ def reference(n_params: int, nbytes: int, separate: bool, why: str, shard: int =
     return Term("reference", n_params * nbytes / shard, ALWAYS, f"{why}: {_n(n_params)} params x {nbytes} B{per}")
 
 
+def reward_model(n_params: int, nbytes: int, path: str) -> Term:
+    """A `reward_model` reward's weights, held on the policy's device for the whole run (loaded once, scored
+    under no_grad: its activations are one batch's and small beside the policy's)."""
+    return Term("reward_model", n_params * nbytes, ALWAYS, f"reward model {path}: {_n(n_params)} params x {nbytes} B")
+
+
 def value_head(hidden: int, rows: int, seq: int) -> Term:
     """PPO's critic: Linear(H, 1) in fp32 with its gradient and two AdamW states, and the values per token."""
     params = hidden + 1

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from rlft.rewards import builtin, llm_judge, math_answer
+from rlft.rewards import reward_model as rm_reward
 
 __all__ = [
     "BUILTIN_REWARDS",
@@ -56,7 +57,11 @@ BUILTIN_REWARDS: dict[str, Callable[..., list[float]]] = {
     "char_fraction": builtin.char_fraction,
     "math_answer": math_answer.math_answer,  # an optional extra: rlft[math]
     "llm_judge": llm_judge.llm_judge,  # an OpenAI-compatible chat endpoint (rlft/rewards/llm_judge.py)
+    "reward_model": rm_reward.reward_model,  # a trained reward model (transformers, loaded on first call)
 }
+
+# built-ins whose configured kwargs validate-config checks: fn(kwargs, pending) -> [(kwargs key, problem)]
+KWARGS_CHECKS = {"reward_model": rm_reward.check_kwargs}
 
 # how custom specs look, repeated in errors so the fix is obvious
 _SPEC_FORMS = "'package.module:function' or 'path/to/file.py:function'"
@@ -424,6 +429,18 @@ def _check_source(path: Path, attr_path: str, spec: str, label: str) -> None:
         raise RewardResolveError(f"{attr_path!r} in {label} is not callable (it is a {kind}); reward {spec!r}")
 
 
+def check_reward_kwargs(spec: Any, kwargs: Any, pending: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """[(kwargs key, problem)] of a built-in's configured kwargs, read without importing torch (`pending`: folders
+    an earlier pipeline stage will write)."""
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    check = KWARGS_CHECKS.get(spec.strip()) if isinstance(spec, str) else None
+    if check is not None:
+        return check(kwargs, pending)
+    fn = BUILTIN_REWARDS.get(spec.strip()) if isinstance(spec, str) else None
+    own = getattr(fn, "check_kwargs", None)  # a built-in that carries its own check (llm_judge): whole-kwargs problems
+    return [("", msg) for msg in own(kwargs)] if own is not None else []
+
+
 def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
     """Dataset columns a reward reads, known without importing user code: `kwargs.column` / `kwargs.columns`,
     and for a built-in what it declares (`required_columns`, less the names its kwargs configure)."""
@@ -441,13 +458,3 @@ def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
         except TypeError:
             pass  # a broken declaration is reported when training resolves the reward
     return list(dict.fromkeys(cols))
-
-
-def check_reward_kwargs(spec: str, kwargs: Any) -> list[str]:
-    """Problems with a built-in's configured kwargs, for those that declare a check (`check_kwargs`, no network,
-    no import of user code); [] for custom rewards, whose kwargs are their own business."""
-    fn = BUILTIN_REWARDS.get(spec.strip()) if isinstance(spec, str) else None
-    check = getattr(fn, "check_kwargs", None)
-    if check is None:
-        return []
-    return list(check(kwargs if isinstance(kwargs, dict) else {}))
