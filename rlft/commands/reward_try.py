@@ -267,7 +267,11 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
                             batch_size=64, seed=cfg.train.seed)
     rows = ds.to_list()
-    rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params, prompt_ids=[r["prompt_id"] for r in rows])
+    from rlft import progress
+
+    with progress.task("rewards try: sampling", total=len(rows) * n, unit="completions") as bar:
+        rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params,
+                       prompt_ids=[r["prompt_id"] for r in rows], progress=bar.callback())
     sampled = sampled_columns(rolls)  # token counts and budget, for the rewards that name them (overlong_penalty)
     items = []
     for i, p in enumerate(rolls.prompt_index):
