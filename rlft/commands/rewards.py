@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from rlft.config.stages import DEFAULT_STAGE
-from rlft.commands.common import FILES_OPT, HW_OPT, OVERRIDES_ARG, exits, load
+from rlft.commands.common import FILES_OPT, HW_OPT, OVERRIDES_ARG, QUIET_OPT, exits, load
 
 
 def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[List[str]] = OVERRIDES_ARG,
@@ -32,7 +32,8 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
                                                                                         "completions.jsonl's format."),
                 force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
                 strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no "
-                                                                    "signal.")) -> None:
+                                                                    "signal."),
+                quiet: bool = QUIET_OPT) -> None:
     """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
     time per call, prompts without signal, and a verdict."""
     from rlft.commands.reward_try import check_sources, run_config_file, run_stage, try_rewards
