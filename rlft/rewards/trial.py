@@ -197,17 +197,17 @@ def compare(names: Sequence[str], per_reward: Mapping[str, Sequence[float | None
     n = len(total)
     width = max(len("total (weighted)"), *(len(name) for name in names)) + 2
     lines = [f"compared with the logged scores ({n} completions):",
-             f"  {'reward':<{width}}{'logged':>9}{'now':>9}  changed"]
+             f"  {'reward':<{width}} {'logged':>9} {'now':>9}  changed"]
 
     def row(label: str, old: list[float | None], new: Sequence[float | None]) -> str:
         diffs = [i for i in range(n) if _changed(old[i], new[i])]
         largest = max((abs(new[i] - old[i]) for i in diffs if old[i] is not None and new[i] is not None), default=None)
         more = "" if largest is None else f" (largest {largest:.4g})"
-        return f"  {label:<{width}}{_num(_mean(old))}{_num(_mean(new))}  {len(diffs)} of {n}{more}"
+        return f"  {label:<{width}} {_num(_mean(old))} {_num(_mean(new))}  {len(diffs)} of {n}{more}"  # never joined
 
     for name in names:
         if not any(r is not None and name in r for r in logged_rewards):
-            lines.append(f"  {name:<{width}}{'-':>9}{_num(_mean(per_reward[name]))}  new (not in the log)")
+            lines.append(f"  {name:<{width}} {'-':>9} {_num(_mean(per_reward[name]))}  new (not in the log)")
             continue
         lines.append(row(name, [(r or {}).get(name) for r in logged_rewards], per_reward[name]))
     lines.append(row("total (weighted)", list(logged_total), total))
