@@ -45,6 +45,7 @@ def test_eval_prints_periodic_lines_when_stderr_is_not_a_terminal(run):
     err = res.stderr.splitlines()
     done = next(i for i, x in enumerate(err) if x.startswith("eval start: done, 64 samples, "))
     assert done < next(i for i, x in enumerate(err) if x.startswith("step 1:"))  # said before training began
+    assert "grpo training: 1/1 steps, " in res.stderr  # a step of minutes has its timed lines too
     assert "\x1b[" not in res.stderr  # no terminal codes in a log
 
 

@@ -27,6 +27,7 @@ class ConsoleProgress(TrainerCallback):
         self.quiet = shared.quiet()  # --quiet / RLFT_QUIET: no bar and no per-step lines (warnings still print)
         self.progress = None
         self.task = None
+        self.plain = None  # the timed progress lines of a log (rlft.progress), when stderr is not a terminal
         self.keys = list(SPECS[stage].console) if stage in SPECS else ["loss"]
         self.alerts: dict[str, int] = {}  # health firings by level, shown on the progress bar
 
@@ -46,11 +47,16 @@ class ConsoleProgress(TrainerCallback):
                                                alerts=self.alert_text())
         else:
             self.console.print(f"rlft {self.stage}: training to step {state.max_steps} (from {state.global_step})")
+            # a step of minutes is otherwise silent in a log until it ends: a timed line, as long work has
+            self.plain = shared.Task(f"{self.stage} training", total=state.max_steps, unit="steps")
+            self.plain.update(completed=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.progress is not None:
             self.progress.update(self.task, completed=state.global_step,
                                  count=f"step {state.global_step}/{state.max_steps}")
+        elif self.plain is not None:
+            self.plain.update(completed=state.global_step)
 
     def on_metrics(self, record: dict) -> None:
         prefix = "eval_" if any(k.startswith("eval_") for k in record) else ""  # eval_loss, eval_rewards/...
@@ -84,6 +90,9 @@ class ConsoleProgress(TrainerCallback):
             print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self.plain is not None:
+            self.plain.close()
+            self.plain = None
         if self.progress is not None:
             shared.detach(self.progress)
             self.progress.stop()
