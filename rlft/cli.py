@@ -90,6 +90,12 @@ def app_for(argv: list[str]) -> typer.Typer:
 
 
 def main() -> None:
+    from rlft.progress import every_problem
+
+    problem = every_problem()  # the progress period, read by every long command: refused up front, not mid-run
+    if problem:
+        typer.echo(f"error: {problem}", err=True)
+        sys.exit(2)
     try:
         app_for(sys.argv[1:])()
     except SystemExit as exc:

@@ -14,6 +14,8 @@ from tests.warm_cli import WarmCLI
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RLFT_CACHE", str(ROOT / ".cache" / "rlft"))
+# tests compare stderr: no timed progress line when a loaded machine makes a step slow (test_progress sets its own)
+os.environ.setdefault("RLFT_PROGRESS_EVERY", "3600")
 
 
 def _share_cores_among_xdist_workers():

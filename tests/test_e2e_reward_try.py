@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ROOT, read_jsonl, run_cli
+from test_reward_try import written
 
 pytestmark = pytest.mark.e2e
 DEMO = ROOT / "configs/examples/grpo_demo.yaml"
@@ -36,7 +37,7 @@ def test_from_run_reproduces_logged_scores_then_shows_the_edit(tmp_path):
     assert "32 completions of 4 prompts logged by" in res.stdout
     compared = _rows_by_name(res.stdout, "compared with the logged scores (32 completions):")
     assert [r.split()[-3:] for r in compared[1:4]] == [["0", "of", "32"]] * 3, res.stdout
-    rescored = read_jsonl(tmp_path / "rewards_try.jsonl")
+    rescored = read_jsonl(written(res, tmp_path))
     assert [(r["step"], r["prompt_id"], r["completion"]) for r in rescored] == \
            [(r["step"], r["prompt_id"], r["completion"]) for r in logged]
     for new, old in zip(rescored, logged):  # GRPO logs float32 scores rounded to 6 decimals
@@ -59,7 +60,9 @@ def test_sample_scores_fresh_completions_of_the_tiny_model(tmp_path):
     assert "6 completions of 3 prompts sampled from tiny, 2 per prompt" in res.stdout
     assert any(line.startswith("char_fraction") for line in res.stdout.splitlines())
     assert "verdict [" in res.stdout
-    rows = read_jsonl(tmp_path / "rewards_try.jsonl")
+    rows = read_jsonl(written(res, tmp_path))
     assert [r["prompt_id"] for r in rows] == [0, 0, 1, 1, 2, 2]
     assert all(set(r["rewards"]) == {"char_fraction"} and r["total"] is not None for r in rows)
-    assert not (tmp_path / "runs").exists()  # nothing trained, no run folder
+    # nothing trained, no run folder: the one folder under runs/ holds the trial's rows
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [written(res, tmp_path).parent.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

@@ -44,11 +44,19 @@ def _try(tmp_path, *args):
     return run_cli("rewards", "try", *args, cwd=tmp_path)
 
 
+def written(res, cwd):
+    """The rows file a `rewards try` said it wrote (by default a new runs/rewards-try-<time>/ folder)."""
+    line = next(x for x in res.stdout.splitlines() if x.startswith("scored rows written to "))
+    return cwd / line.removeprefix("scored rows written to ").split(" (browse")[0]
+
+
 def test_completions_file_scored_with_weights_and_columns(tmp_path):
     cfg, data = _setup(tmp_path, [("has_answer", 2.0)])
     res = _try(tmp_path, "-c", cfg, "--completions", data)
     assert res.returncode == 0, res.stderr
-    rows = read_jsonl(tmp_path / "rewards_try.jsonl")  # the default -o, in the working directory
+    rows = read_jsonl(written(res, tmp_path))  # the default -o: a new folder under runs/, nothing else here
+    assert written(res, tmp_path).parent.parent == tmp_path / "runs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "hand.jsonl", "runs", "rw.py"]
     assert [r["rewards"]["has_answer"] for r in rows] == [1.0, 0.0, 1.0, 1.0, 1.0]
     assert [r["total"] for r in rows] == [2.0, 0.0, 2.0, 2.0, 2.0]
     assert [r["prompt_id"] for r in rows] == [0, 0, 1, 1, 2] and rows[0]["prompt"] == "2+2?"
@@ -59,14 +67,20 @@ def test_completions_file_scored_with_weights_and_columns(tmp_path):
     assert line.endswith("1 of 2")  # 3+3? scored 1 and 1: no signal; 2+2? has some; say hi has one sample
     assert "printed (first call):" in out and "scoring 2" in out
     assert "verdict [ok]: signal on 1 of 2 prompts, no failures" in out
-    assert "(browse them: rlft report rewards_try.jsonl)" in out
-    report = run_cli("report", "rewards_try.jsonl", cwd=tmp_path)
+    shown = written(res, tmp_path).relative_to(tmp_path)
+    assert f"(browse them: rlft report {shown})" in out
+    report = run_cli("report", str(shown), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
-    assert "5 completions" in report.stdout and (tmp_path / "rewards_try-report" / "index.html").is_file()
-    # the output is refused a second time unless --force
-    again = _try(tmp_path, "-c", cfg, "--completions", data)
+    assert "5 completions" in report.stdout
+    assert (tmp_path / shown.parent / "rewards_try-report" / "index.html").is_file()
+    # a second call by default: a folder of its own, the first one's rows untouched
+    second = _try(tmp_path, "-c", cfg, "--completions", data)
+    assert second.returncode == 0 and written(second, tmp_path).parent != written(res, tmp_path).parent
+    # a named output is refused a second time unless --force
+    assert _try(tmp_path, "-c", cfg, "--completions", data, "-o", "x.jsonl").returncode == 0
+    again = _try(tmp_path, "-c", cfg, "--completions", data, "-o", "x.jsonl")
     assert again.returncode == 2 and "--force" in again.stderr and len(again.stderr.strip().splitlines()) == 1
-    assert _try(tmp_path, "-c", cfg, "--completions", data, "--force").returncode == 0
+    assert _try(tmp_path, "-c", cfg, "--completions", data, "-o", "x.jsonl", "--force").returncode == 0
 
 
 def test_constant_reward_has_no_signal_and_strict_fails(tmp_path):
@@ -89,7 +103,7 @@ def test_raising_reward_reported_with_traceback_exit_0_unless_strict(tmp_path):
     assert "Traceback (most recent call last):" in out and "rw.py\", line 6, in " in out
     assert "verdict [critical]: reward 'boom' failed on 5 of 5 completions (100% without a total, above " \
            "monitor.max_reward_failure_fraction=0.5: training would stop)" in out
-    rows = read_jsonl(tmp_path / "rewards_try.jsonl")
+    rows = read_jsonl(written(res, tmp_path))
     assert all(r["rewards"]["boom"] is None and r["total"] is None for r in rows)
     assert "Traceback" not in res.stderr  # reported once, in the report
     strict = _try(tmp_path, "-c", cfg, "--completions", data, "-o", "s.jsonl", "--strict")
@@ -119,7 +133,7 @@ def test_from_run_takes_data_columns_from_the_run_and_compares(tmp_path):
     assert "compared with the logged scores (3 completions):" in lines
     total_row = lines[lines.index("compared with the logged scores (3 completions):") + 3]
     assert total_row.split() == ["total", "(weighted)", "1", "1", "0", "of", "3"]  # logged, now, changed
-    assert [r["total"] for r in read_jsonl(tmp_path / "rewards_try.jsonl")] == [2.0, 1.0, 0.0]
+    assert [r["total"] for r in read_jsonl(written(res, tmp_path))] == [2.0, 1.0, 0.0]
     assert not (run / ".rlft-eval-config.yaml").exists()  # the config layer written beside the run is gone
     # -c layers over the run's config: here a changed weight changes every scored total
     cfg = tmp_path / "w.yaml"
@@ -216,7 +230,7 @@ def test_a_damaged_logged_row_is_named_not_a_traceback(tmp_path, field, value, m
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     errors = [x for x in res.stderr.splitlines() if not x.startswith("warning:")]
     assert len(errors) == 1 and f"completions.jsonl:2: {message}" in errors[0], res.stderr
-    assert not (tmp_path / "rewards_try.jsonl").exists()
+    assert not (tmp_path / "rewards_try.jsonl").exists() and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("row, message", [
@@ -322,3 +336,14 @@ def test_config_layer_keeps_escaped_interpolations_as_text(tmp_path):
     composed = compose("grpo", "cpu", [eval_config_file(run, "grpo")])
     assert composed.data["data"]["system_prompt"] == "Costs ${data.train} dollars, ${nothing}"
     assert composed.data["rewards"][0]["kwargs"] == {"pattern": "a ${x} b"}
+
+
+def test_table_columns_stay_apart_after_a_slow_call():
+    """A reward call of 30 s (3.004e+04 ms) once ran into the failed column: `1/13.004e+043.004e+04`."""
+    slow = reward_stats("slow_judge", [1.0], [0], call_ms=[30040.0], weight=1.0)
+    trial = Trial([slow], reward_stats("total", [1.0], [0], [30040.0]))
+    head, row, total = trial.table()
+    assert row.split()[:9] == ["slow_judge", "1", "1", "0", "1", "1", "0/1", "3.004e+04", "3.004e+04"], row
+    assert "1/13.004e" not in row and "0/13.004e" not in row
+    for line in (row, total):  # every column right-aligned under its heading
+        assert line.index("3.004e+04") + len("3.004e+04") == head.index("ms/call") + len("ms/call")

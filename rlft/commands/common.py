@@ -19,6 +19,19 @@ HW_OPT = typer.Option("cpu", "--hw", help=f"Hardware profile: {', '.join(HARDWAR
                                           "visible here).")
 FILES_OPT = typer.Option(None, "--config", "-c", help="Your YAML file(s), applied in order after the profiles.")
 OVERRIDES_ARG = typer.Argument(None, help="KEY=VALUE overrides, applied last (e.g. train.learning_rate=1e-5).")
+
+
+def _set_quiet(value: bool) -> bool:
+    if value:  # the environment, so a relaunched `accelerate launch` process is quiet too
+        import os
+
+        os.environ["RLFT_QUIET"] = "1"
+    return value
+
+
+QUIET_OPT = typer.Option(False, "--quiet", "-q", callback=_set_quiet,
+                         help="No progress display (the same as RLFT_QUIET=1); results, warnings and errors still "
+                              "print.")
 SMOKE_HELP = ("Smoke-test this config on the CPU (for CI): the same stage, data, rewards and settings on a tiny model "
               "of the same family, one CPU process, a few steps with a checkpoint, --resume, report and the final "
               "model loaded; runs go to runs/smoke/, and summary.json's smoke block lists what was replaced.")

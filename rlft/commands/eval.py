@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from rlft.config.stages import DEFAULT_STAGE
-from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, err, exits, load, quiet
+from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, QUIET_OPT, err, exits, load, quiet
 
 
 TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
@@ -41,7 +41,8 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
              seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default: train.seed); drawn "
                                                                        "from it plus eval's seed offset, as the "
                                                                        "run's own evaluations are."),
-             force: bool = typer.Option(False, "--force", help="Replace an existing -o file.")) -> None:
+             force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
+             quiet_: bool = QUIET_OPT) -> None:
     """Sample a trained policy on evaluation prompts, score with rewards and eval.rewards, print the means."""
     # sampling follows the config's `eval:` section (a run's own, by default) unless a flag says otherwise
     from rlft.posttrain.config_layer import eval_config_file
@@ -139,7 +140,7 @@ def generate_cmd(target: Path = TARGET_ARG,
                  top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold."),
                  seed: int = typer.Option(0, "--seed", help="Sampling seed."),
                  raw: bool = typer.Option(False, "--raw", help="Do not wrap prompts in the chat template."),
-                 checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+                 checkpoint: Optional[int] = CHECKPOINT_OPT, quiet_: bool = QUIET_OPT) -> None:
     """Sample a few completions from a trained adapter or model (chat template applied when it has one)."""
     prompts = list(prompt or [])
     if file is not None:
@@ -180,7 +181,7 @@ def export_cmd(target: Path = TARGET_ARG,
                out: Path = typer.Option(..., "--out", "-o", help="Folder to write (must not exist or be empty)."),
                merge: bool = typer.Option(False, "--merge", help="Merge the LoRA adapter into its base: a plain "
                                                                  "transformers model."),
-               checkpoint: Optional[int] = CHECKPOINT_OPT) -> None:
+               checkpoint: Optional[int] = CHECKPOINT_OPT, quiet_: bool = QUIET_OPT) -> None:
     """Export a run's model: the adapter (base named as the run gave it) or, with --merge, a merged model folder."""
     from rlft.posttrain.export import check_export_dir
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from rlft.commands.common import SMOKE_HELP, err, exits, no_flags_with_smoke, print_problems
+from rlft.commands.common import QUIET_OPT, SMOKE_HELP, err, exits, no_flags_with_smoke, print_problems
 
 
 PIPELINE_ARG = typer.Argument(..., help="Pipeline file: `stages:` list and shared `defaults:`.")
@@ -63,7 +63,7 @@ def pipeline_run(path: Path = PIPELINE_ARG, overrides: Optional[List[str]] = PIP
                  resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the interrupted "
                                                                      "one, go on."),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs and warnings."),
-                 smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP)) -> None:
+                 smoke: bool = typer.Option(False, "--smoke", help=SMOKE_HELP), quiet: bool = QUIET_OPT) -> None:
     """Run the stages in order; runs go to <output_dir>/<NN>-<stage>/, each starting from the one before."""
     from rlft.monitor.streams import protect_std_streams
 

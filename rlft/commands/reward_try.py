@@ -17,7 +17,7 @@ from typing import Any
 
 from rlft.config.schema import RlftConfig
 
-__all__ = ["TryError", "check_sources", "run_config_file", "run_stage", "try_rewards"]
+__all__ = ["TryError", "check_sources", "default_out", "run_config_file", "run_stage", "try_rewards"]
 
 
 class TryError(Exception):
@@ -40,6 +40,19 @@ class Item:
     logged_rewards: dict | None = None
     logged_total: float | None = None
     logged: bool = False
+
+
+def default_out(runs: Path, now: float | None = None) -> Path:
+    """`runs/rewards-try-<YYYYmmdd-HHMMSS>/rewards_try.jsonl`, in a folder no earlier trial has (a second call
+    within the same second gets `-2`, `-3`, ...); the folder itself is made when the rows are written."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    folder, k = runs / f"rewards-try-{stamp}", 1
+    while folder.exists() or folder.is_symlink():
+        k += 1
+        folder = runs / f"rewards-try-{stamp}-{k}"
+    return folder / "rewards_try.jsonl"
 
 
 # -- inputs ------------------------------------------------------------------------------------------
@@ -267,7 +280,11 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
                             batch_size=64, seed=cfg.train.seed)
     rows = ds.to_list()
-    rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params, prompt_ids=[r["prompt_id"] for r in rows])
+    from rlft import progress
+
+    with progress.task("rewards try: sampling", total=len(rows) * n, unit="completions") as bar:
+        rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params,
+                       prompt_ids=[r["prompt_id"] for r in rows], progress=bar.callback())
     sampled = sampled_columns(rolls)  # token counts and budget, for the rewards that name them (overlong_penalty)
     items = []
     for i, p in enumerate(rolls.prompt_index):

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from rlft.config.stages import DEFAULT_STAGE
-from rlft.commands.common import FILES_OPT, HW_OPT, OVERRIDES_ARG, exits, load
+from rlft.commands.common import FILES_OPT, HW_OPT, OVERRIDES_ARG, QUIET_OPT, exits, load
 
 
 def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[List[str]] = OVERRIDES_ARG,
@@ -28,16 +28,20 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
                                                      "from the configured model (no training) and score them."),
                 max_prompts: int = typer.Option(8, "--max-prompts", min=1, help="With --sample: the first N prompts of "
                                                                                 "data.train."),
-                out: Path = typer.Option(Path("rewards_try.jsonl"), "--out", "-o", help="Scored rows, in "
-                                                                                        "completions.jsonl's format."),
+                out: Optional[Path] = typer.Option(None, "--out", "-o", help="Scored rows, in completions.jsonl's "
+                                                   "format (default: runs/rewards-try-<time>/rewards_try.jsonl, a "
+                                                   "new folder each call)."),
                 force: bool = typer.Option(False, "--force", help="Replace an existing -o file."),
                 strict: bool = typer.Option(False, "--strict", help="Exit 4 when a reward fails or has no "
-                                                                    "signal.")) -> None:
+                                                                    "signal."),
+                quiet: bool = QUIET_OPT) -> None:
     """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
     time per call, prompts without signal, and a verdict."""
-    from rlft.commands.reward_try import check_sources, run_config_file, run_stage, try_rewards
+    from rlft.commands.reward_try import check_sources, default_out, run_config_file, run_stage, try_rewards
 
     files, own = list(config or []), None
+    if out is None:  # like every run, under runs/, and never over an earlier trial
+        out = default_out(Path("runs"))
     with exits():
         check_sources(from_run, completions, sample, out, force, max_prompts)
         # the paths named here, as meant now: a reward's code (imported below) may chdir, which must not move them

@@ -9,8 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from rlft.commands.common import (FILES_OPT, HW_OPT, OVERRIDES_ARG, SMOKE_HELP, STAGE_OPT, auto_hw, err, exits, load,
-                                  no_flags_with_smoke, print_problems)
+from rlft.commands.common import (FILES_OPT, HW_OPT, OVERRIDES_ARG, QUIET_OPT, SMOKE_HELP, STAGE_OPT, auto_hw, err,
+                                  exits, load, no_flags_with_smoke, print_problems)
 
 
 def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]] = FILES_OPT,
@@ -29,7 +29,8 @@ def train(stage: str = STAGE_OPT, hw: str = HW_OPT, config: Optional[List[Path]]
           dry_run: bool = typer.Option(False, "--dry-run", help="Print the command(s) this would start for the "
                                        "resolved config and hardware (one `accelerate launch` line per machine) and "
                                        "exit, importing no torch; with a `slurm:` section, write "
-                                       "<run folder>/launch.sbatch.")) -> None:
+                                       "<run folder>/launch.sbatch."),
+          quiet: bool = QUIET_OPT) -> None:
     """Train a stage: compose + validate the config, then run the stage's TRL trainer with rlft's hooks."""
     if dry_run:
         _dry_run_train(stage, hw, config, overrides, resume=resume, overwrite=overwrite, smoke=smoke)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from rlft import progress as shown
 from rlft.config.load_plan import LoadPlan, load_plan
 from rlft.config.schema import RlftConfig
 from rlft.models.weights import (DTYPES, ModelLoadError, load_adapter, load_causal_lm,  # noqa: F401 - re-exported
@@ -63,14 +64,15 @@ def load_adapter_model(folder: Path, cfg: RlftConfig):
 def policy(plan: LoadPlan):
     """The model this stage starts training: `model.name_or_path` (`tiny` built on demand), or with
     `model.init_from` the earlier run's weights (merged, or carrying its adapter for `continue`)."""
-    if plan.init is not None:
-        from rlft.models.init_from import initial_policy
+    with shown.task(f"loading {plan.name}"):  # a spinner (plain: a line every period) while the weights load
+        if plan.init is not None:
+            from rlft.models.init_from import initial_policy
 
-        return initial_policy(plan)
-    try:
-        return planned_causal_lm(model_path(plan.name, plan.tiny_init_std), plan)
-    except (OSError, ValueError, KeyError) as exc:  # hub errors are OSError/ValueError subclasses
-        raise _load_failure(plan.name, exc) from None
+            return initial_policy(plan)
+        try:
+            return planned_causal_lm(model_path(plan.name, plan.tiny_init_std), plan)
+        except (OSError, ValueError, KeyError) as exc:  # hub errors are OSError/ValueError subclasses
+            raise _load_failure(plan.name, exc) from None
 
 
 def tokenizer(plan: LoadPlan):

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from transformers import TrainerCallback
 
+from rlft import progress as shared
 from rlft.config.stages import SPECS
 
 
@@ -23,29 +24,39 @@ class ConsoleProgress(TrainerCallback):
         self.stage = stage
         self.console = Console(stderr=True)
         self.live = self.console.is_terminal
+        self.quiet = shared.quiet()  # --quiet / RLFT_QUIET: no bar and no per-step lines (warnings still print)
         self.progress = None
         self.task = None
+        self.plain = None  # the timed progress lines of a log (rlft.progress), when stderr is not a terminal
         self.keys = list(SPECS[stage].console) if stage in SPECS else ["loss"]
         self.alerts: dict[str, int] = {}  # health firings by level, shown on the progress bar
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
+        if not state.is_world_process_zero or self.quiet:
             return
         if self.live:
+            # the count is a field, so rows of rlft.progress (an eval's samples) share this live display
             self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                     TextColumn("step {task.completed}/{task.total}"), TimeElapsedColumn(),
+                                     TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
                                      TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[metrics]}"),
                                      TextColumn("{task.fields[alerts]}"), console=self.console)
             self.progress.start()
+            shared.attach(self.progress)
             self.task = self.progress.add_task(self.stage, total=state.max_steps, completed=state.global_step,
-                                               metrics="",
+                                               metrics="", count=f"step {state.global_step}/{state.max_steps}",
                                                alerts=self.alert_text())
         else:
             self.console.print(f"rlft {self.stage}: training to step {state.max_steps} (from {state.global_step})")
+            # a step of minutes is otherwise silent in a log until it ends: a timed line, as long work has
+            self.plain = shared.Task(f"{self.stage} training", total=state.max_steps, unit="steps")
+            self.plain.update(completed=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
+            self.progress.update(self.task, completed=state.global_step,
+                                 count=f"step {state.global_step}/{state.max_steps}")
+        elif self.plain is not None:
+            self.plain.update(completed=state.global_step)
 
     def on_metrics(self, record: dict) -> None:
         prefix = "eval_" if any(k.startswith("eval_") for k in record) else ""  # eval_loss, eval_rewards/...
@@ -56,7 +67,7 @@ class ConsoleProgress(TrainerCallback):
             text = f"gen {record['generation']}{' (reused)' if reused else ''}  {text}"
         if self.progress is not None:
             self.progress.update(self.task, metrics=text)
-        else:
+        elif not self.quiet:
             print(f"step {record['step']}: {text}", file=sys.stderr, flush=True)
 
     def alert_text(self) -> str:
@@ -79,6 +90,10 @@ class ConsoleProgress(TrainerCallback):
             print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self.plain is not None:
+            self.plain.close()
+            self.plain = None
         if self.progress is not None:
+            shared.detach(self.progress)
             self.progress.stop()
             self.progress = None

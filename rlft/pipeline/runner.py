@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlft import progress as shown
 from rlft.config.errors import ConfigError
 from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides, starts_next
 
@@ -125,8 +126,9 @@ def run_pipeline(pipe: Pipeline, overrides: list[str], hw_default: str, resume: 
         print(f"rlft pipeline: {entry.label}: {'resuming' if again else 'starting'} {entry.stage} in {run_dir}"
               + (f", from {previous}" if cfg.model.init_from else ""), file=sys.stderr)
         t0 = time.monotonic()
-        try:
-            code = get_runner(entry.stage)(cfg, composed, opts) or 0
+        try:  # the stage's own progress (its evals, sampling) is labelled with the stage
+            with shown.phase(f"{entry.label} of {len(pipe.stages)}"):
+                code = get_runner(entry.stage)(cfg, composed, opts) or 0
         except RunError as exc:
             print(f"rlft pipeline: {entry.label}: error: {exc}", file=sys.stderr)
             code = exc.exit_code

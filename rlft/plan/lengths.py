@@ -406,15 +406,19 @@ def read_lengths(cfg) -> tuple[DataBasis | None, str]:
     preference = set(PREFERENCE_COLUMNS) <= set(spec.data_columns)
     if not (spec.samples or preference):
         return None, "the stage trains on no prompt or preference data of its own"
-    rows, total, why = read_rows(cfg)
+    from rlft import progress
+
+    with progress.task(f"plan: reading {cfg.data.train}"):  # large data takes seconds: shown, not silent
+        rows, total, why = read_rows(cfg)
     if why:
         return None, why
     counter = load_counter(cfg)
     try:
-        if preference:
-            prompts, answers = pair_lengths(cfg, rows, counter)
-        else:
-            prompts, answers = prompt_lengths(cfg, rows, counter), ()
+        with progress.task(f"plan: counting the tokens of {len(rows)} rows"):
+            if preference:
+                prompts, answers = pair_lengths(cfg, rows, counter)
+            else:
+                prompts, answers = prompt_lengths(cfg, rows, counter), ()
     except Exception as exc:  # noqa: BLE001 - a template that fails on these rows: the limits still plan
         return None, f"cannot render the data's rows: {type(exc).__name__}: {exc}"
     if not prompts:

@@ -69,6 +69,7 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int | None, out: Pat
     `rewards` (the training rewards' means) and `eval_rewards` (the eval-only ones'). Seeded and split into generate
     calls as the run's own evaluation (rlft.rollout.evaluate.eval_calls, train.seed + eval's seed offset), so the
     same policy, prompts and settings give the run's numbers."""
+    from rlft import progress
     from rlft.rewards import RewardResolveError, build_reward_suite
     from rlft.rollout import CompletionLog, Scores, sample, score
     from rlft.rollout.eval_stats import prompt_stats
@@ -104,17 +105,19 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int | None, out: Pat
     log = CompletionLog(out, -1)
     totals: list = []
     per_reward: dict[str, list] = {name: [] for name in names}
-    for idx, call in eval_calls(len(prompts), settings.n, params):
-        rolls = sample(model, tokenizer, [prompts[i] for i in idx], settings.n, call, prompt_ids=[ids[i] for i in idx])
-        part = {c: [v[i] for i in idx] for c, v in columns.items()}
-        scores = score(rolls, suite, part)
-        got = dict(scores.per_reward)
-        if extra is not None:  # eval-only rewards: in the rows and reported, never in the total
-            got.update(score(rolls, extra, part).per_reward)
-        log.write_rollouts(target.step or 0, rolls, Scores(names, got, scores.total))
-        totals += scores.total
-        for name in names:
-            per_reward[name] += got[name]
+    with progress.task("eval", total=len(prompts) * settings.n, unit="samples") as bar:
+        for idx, call in eval_calls(len(prompts), settings.n, params):
+            rolls = sample(model, tokenizer, [prompts[i] for i in idx], settings.n, call,
+                           prompt_ids=[ids[i] for i in idx], progress=bar.callback(bar.completed))
+            part = {c: [v[i] for i in idx] for c, v in columns.items()}
+            scores = score(rolls, suite, part)
+            got = dict(scores.per_reward)
+            if extra is not None:  # eval-only rewards: in the rows and reported, never in the total
+                got.update(score(rolls, extra, part).per_reward)
+            log.write_rollouts(target.step or 0, rolls, Scores(names, got, scores.total))
+            totals += scores.total
+            for name in names:
+                per_reward[name] += got[name]
 
     def mean(values):
         got = [v for v in values if v is not None]

@@ -30,11 +30,14 @@ def export(target: Target, out: Path, merge: bool) -> Path:
         if merge:
             raise RunError(f"{target.weights} is a full model already (no adapter to merge); copy the folder instead")
     if merge:
+        from rlft import progress
+
         model, tokenizer = load_policy(target)
-        merged = model.merge_and_unload()
-        merged.config._name_or_path = name or ""
-        merged.save_pretrained(str(out))
-        tokenizer.save_pretrained(str(out))
+        with progress.task(f"merging and writing {out}"):
+            merged = model.merge_and_unload()
+            merged.config._name_or_path = name or ""
+            merged.save_pretrained(str(out))
+            tokenizer.save_pretrained(str(out))
     else:
         shutil.copytree(target.weights, out, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("optimizer.pt", "scheduler.pt", "rng_state*",

@@ -15,10 +15,13 @@ def as_chat(tokenizer, text: str, raw: bool = False):
 
 def generate(target: Target, prompts: list[str], n: int, max_tokens: int, temperature: float, top_p: float,
              seed: int, raw: bool = False) -> list[dict]:
+    from rlft import progress
     from rlft.rollout import SamplingParams, sample
 
     model, tokenizer = load_policy(target)
-    rolls = sample(model, tokenizer, [as_chat(tokenizer, p, raw) for p in prompts], n,
-                   SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed))
+    with progress.task("generate", total=len(prompts) * n, unit="completions") as bar:
+        rolls = sample(model, tokenizer, [as_chat(tokenizer, p, raw) for p in prompts], n,
+                       SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed),
+                       progress=bar.callback())
     return [{"prompt": prompts[rolls.prompt_index[i]], "completion": rolls.completions[i],
              "finished": rolls.finished[i] if rolls.finished else None} for i in range(len(rolls))]

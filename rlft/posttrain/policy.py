@@ -56,15 +56,18 @@ def load_policy(target: Target, dtype: str = "float32"):
     from rlft.data.chat import bind_template_kwargs
     from rlft.models.weights import load_adapter, pretrained_causal_lm
 
+    from rlft import progress
+
     dt = getattr(torch, dtype)
-    if target.is_adapter:
-        base_path = base_model_path(target)
-        start = chain_start(target, dtype)
-        model = load_adapter(start if start is not None else pretrained_causal_lm(base_path, dt), target.weights)
-        tok_path = target.weights if (target.weights / "tokenizer_config.json").is_file() else base_path
-    else:
-        model = pretrained_causal_lm(str(target.weights), dt)
-        tok_path = target.weights
+    with progress.task(f"loading {target.weights}"):  # a spinner (plain: a line every period) while weights load
+        if target.is_adapter:
+            base_path = base_model_path(target)
+            start = chain_start(target, dtype)
+            model = load_adapter(start if start is not None else pretrained_causal_lm(base_path, dt), target.weights)
+            tok_path = target.weights if (target.weights / "tokenizer_config.json").is_file() else base_path
+        else:
+            model = pretrained_causal_lm(str(target.weights), dt)
+            tok_path = target.weights
     tokenizer = AutoTokenizer.from_pretrained(str(tok_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -147,16 +147,22 @@ class Trial:
         return f"verdict [ok]: signal on {t.prompts - t.flat_prompts} of {t.prompts} prompts, no failures"
 
     def table(self) -> list[str]:
-        width = max(len("total (weighted)"), *(len(r.name) for r in self.rewards)) + 2
-        lines = [f"{'reward':<{width}}{'weight':>7}{'mean':>9}{'std':>9}{'min':>9}{'max':>9}{'failed':>10}"
-                 f"{'ms/call':>9}{'p95 ms':>9}  no signal (prompts)"]
+        """One row per reward and the total; each column as wide as its widest cell plus two spaces, so a
+        value of any size (a 30-second call: 3.004e+04 ms) never runs into its neighbour."""
+        head = ["reward", "weight", "mean", "std", "min", "max", "failed", "ms/call", "p95 ms", "no signal (prompts)"]
+        rows = [head]
         for r in [*self.rewards, self.total]:
-            label = "total (weighted)" if r is self.total else r.name
-            weight = "" if r.weight is None else f"{r.weight:g}"
-            flat = f"{r.flat_prompts} of {r.prompts}" if r.prompts else "-"
-            lines.append(f"{label:<{width}}{weight:>7}{_num(r.mean)}{_num(r.std)}{_num(r.min)}{_num(r.max)}"
-                         f"{f'{r.failures}/{r.completions}':>10}{_num(r.ms_mean)}{_num(r.ms_p95)}  {flat}")
-        return lines
+            rows.append(["total (weighted)" if r is self.total else r.name,
+                         "" if r.weight is None else f"{r.weight:g}",
+                         *(_num(x, 0) for x in (r.mean, r.std, r.min, r.max)), f"{r.failures}/{r.completions}",
+                         _num(r.ms_mean, 0), _num(r.ms_p95, 0),
+                         f"{r.flat_prompts} of {r.prompts}" if r.prompts else "-"])
+        widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
+        out = []
+        for row in rows:
+            cells = [row[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(row[1:-1], widths[1:-1])]
+            out.append("  ".join(cells) + "  " + row[-1])
+        return out
 
     def details(self) -> list[str]:
         """The first error (with its traceback) of each failing reward, and what rewards printed."""
@@ -191,17 +197,17 @@ def compare(names: Sequence[str], per_reward: Mapping[str, Sequence[float | None
     n = len(total)
     width = max(len("total (weighted)"), *(len(name) for name in names)) + 2
     lines = [f"compared with the logged scores ({n} completions):",
-             f"  {'reward':<{width}}{'logged':>9}{'now':>9}  changed"]
+             f"  {'reward':<{width}} {'logged':>9} {'now':>9}  changed"]
 
     def row(label: str, old: list[float | None], new: Sequence[float | None]) -> str:
         diffs = [i for i in range(n) if _changed(old[i], new[i])]
         largest = max((abs(new[i] - old[i]) for i in diffs if old[i] is not None and new[i] is not None), default=None)
         more = "" if largest is None else f" (largest {largest:.4g})"
-        return f"  {label:<{width}}{_num(_mean(old))}{_num(_mean(new))}  {len(diffs)} of {n}{more}"
+        return f"  {label:<{width}} {_num(_mean(old))} {_num(_mean(new))}  {len(diffs)} of {n}{more}"  # never joined
 
     for name in names:
         if not any(r is not None and name in r for r in logged_rewards):
-            lines.append(f"  {name:<{width}}{'-':>9}{_num(_mean(per_reward[name]))}  new (not in the log)")
+            lines.append(f"  {name:<{width}} {'-':>9} {_num(_mean(per_reward[name]))}  new (not in the log)")
             continue
         lines.append(row(name, [(r or {}).get(name) for r in logged_rewards], per_reward[name]))
     lines.append(row("total (weighted)", list(logged_total), total))

@@ -143,9 +143,10 @@ def bridge_tokens(tokenizer, history: list[dict], observation: list[dict], actio
 @torch.no_grad()
 def run_episodes(model, tokenizer, envs: Sequence[SafeEnv], rows: Sequence[dict], seeds: Sequence[int],
                  params: SamplingParams, max_turns: int, max_seq_length: int,
-                 prompt_ids: Sequence[Any] | None = None) -> list[Episode]:
+                 prompt_ids: Sequence[Any] | None = None, progress=None) -> list[Episode]:
     """One episode per (env, row, seed), all advanced together one turn at a time (one batched
-    generate per turn over the episodes still running)."""
+    generate per turn over the episodes still running); `progress(done, total)`, when given, hears the
+    episodes ended after each turn."""
     eps = [Episode(prompt_id=(prompt_ids[i] if prompt_ids is not None else i), seed=int(seeds[i]))
            for i in range(len(rows))]
     tools = [getattr(e.env, "tools", None) for e in envs]
@@ -202,6 +203,8 @@ def run_episodes(model, tokenizer, envs: Sequence[SafeEnv], rows: Sequence[dict]
             ep.ids += bridge
             ep.action_mask += [0] * len(bridge)
             ep.logprobs += [0.0] * len(bridge)
+        if progress is not None:
+            progress(sum(ep.done for ep in eps), len(eps))
     for ep in eps:
         ep.done = True
     return eps

@@ -12,6 +12,7 @@ import hashlib
 import json
 import statistics
 
+from rlft import progress as shown
 from rlft.config.eval_sampling import EVAL_SEED_OFFSET, NOT_IDENTITY, EvalSettings, eval_sampling
 from rlft.rollout.eval_stats import prompt_stats
 from rlft.rollout.sample import SamplingParams, sample
@@ -22,13 +23,15 @@ __all__ = ["EVAL_SEED_OFFSET", "eval_calls", "evaluate", "evaluation", "sampling
 
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
-             on_samples=None, *, pass_threshold: float = 1.0, extra_suite=None, sampling: dict | None = None) -> dict:
+             on_samples=None, *, pass_threshold: float = 1.0, extra_suite=None, sampling: dict | None = None,
+             label: str = "eval") -> dict:
     """{"reward_mean" (mean@n), "pass_at_k", "prompt_std", "k", "n" (scored samples), "prompts", "unscored",
     "eval_set", "per_reward" (each reward's mean), "reward_failures" (each reward's samples left without a score:
     it raised, timed out or returned no number, as training rows' rewards/<name>/errors count them), "sampling"}
     (rlft.rollout.eval_stats has the numbers' rule).
     `extra_suite` (eval.rewards) scores the same samples; its rewards join per_reward but never the total.
-    `sampling` (EvalSettings.as_dict) is recorded and covered by the eval_set digest.
+    `sampling` (EvalSettings.as_dict) is recorded and covered by the eval_set digest. `label` names the samples'
+    progress (rlft.progress: this rank's samples drawn, shown on rank 0).
     `on_samples(samples)`, when given, gets the first completion of each prompt (prompt index, completion,
     rewards, total), on every rank: for the completions log, so one prompt's answers line up from the start
     of training to the end. Not counted toward the reward-failure
@@ -47,22 +50,26 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     starts = [idx.start for idx, _ in calls]
     rank, world = process_group()
     mine: dict[int, list] = {}
-    for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):
-        if k is None:  # this rank has no chunk in the last wave
-            continue
-        idx, call_params = calls[k]
-        rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n, call_params)
-        if keep:  # a repeated call (sharded model, fewer chunks than calls) only keeps the ranks in step
-            chunk_columns = {c: [v[i] for i in idx] for c, v in columns.items()}
-            scores = score(rollouts, suite, chunk_columns, count=False)
-            per_reward = dict(scores.per_reward)
-            if extra_suite is not None:  # eval-only rewards: reported on their own, never in the total
-                per_reward.update(score(rollouts, extra_suite, chunk_columns, count=False).per_reward)
-            first = [b for b in range(len(rollouts)) if b % n == 0]  # each prompt's first sample
-            mine[k] = (scores.total, per_reward,
-                       [{"prompt_index": idx[rollouts.prompt_index[b]], "completion": rollouts.completions[b],
-                         "rewards": {name: v[b] for name, v in per_reward.items()}, "total": scores.total[b]}
-                        for b in first])
+    waves = list(rank_calls(len(starts), rank, world, even=is_sharded(model)))
+    own = sum(len(calls[k][0]) * n for k, _ in waves if k is not None)  # this rank's samples (rank 0 shows its)
+    with shown.task(label, total=own, unit="samples") as bar:
+        for k, keep in waves:
+            if k is None:  # this rank has no chunk in the last wave
+                continue
+            idx, call_params = calls[k]
+            rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n, call_params,
+                              progress=bar.callback(bar.completed))
+            if keep:  # a repeated call (sharded model, fewer chunks than calls) only keeps the ranks in step
+                chunk_columns = {c: [v[i] for i in idx] for c, v in columns.items()}
+                scores = score(rollouts, suite, chunk_columns, count=False)
+                per_reward = dict(scores.per_reward)
+                if extra_suite is not None:  # eval-only rewards: reported on their own, never in the total
+                    per_reward.update(score(rollouts, extra_suite, chunk_columns, count=False).per_reward)
+                first = [b for b in range(len(rollouts)) if b % n == 0]  # each prompt's first sample
+                mine[k] = (scores.total, per_reward,
+                           [{"prompt_index": idx[rollouts.prompt_index[b]], "completion": rollouts.completions[b],
+                             "rewards": {name: v[b] for name, v in per_reward.items()}, "total": scores.total[b]}
+                            for b in first])
     for s in (suite, extra_suite):
         if s is not None:
             s.metrics()  # drain: these scores are not a training step's
@@ -109,7 +116,8 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
         prompts = self.args[2]
         log = None if step is None or self.completions is None or not self.main else \
             (lambda samples: write_eval_samples(self.completions, step, prompts, samples))
-        result = evaluate(model, *self.args, on_samples=log, **self.options)
+        label = "eval" if step is None else "eval start" if step == 0 else f"eval at step {step}"
+        result = evaluate(model, *self.args, on_samples=log, label=label, **self.options)
         if self.main:
             self.say_failures(result, step)
         return result

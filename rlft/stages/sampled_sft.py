@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from rlft import progress as shown
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.rundir.folder import COMPLETE_MARKER
@@ -126,7 +127,6 @@ class RoundSampler:
         the failure guard counts each call's scores in that order on every rank, and an interrupt on any rank
         stops every rank after the wave."""
         from rlft.rollout import RewardLog
-        from rlft.rollout.split import gather, is_sharded, rank_calls
 
         ctx = self.ctx
         done = self.log.start_round(r) if ctx.rank == 0 else self.log.prompts_done(r)
@@ -136,10 +136,20 @@ class RoundSampler:
         per_call = max(1, self.section.generation_batch_size // self.n)
         seed0 = self.cfg.train.seed + 1_000_003 * r
         starts = list(range(done, len(prompts), per_call))
-        rank, world = self._ranks()
-        self.prompts_by_rank = [0] * world
+        self.prompts_by_rank = [0] * self._ranks()[1]
         reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
             if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
+        with shown.task(f"round {r}/{self.section.rounds} sampling", total=(len(prompts) - done) * self.n,
+                        unit=f"samples ({len(prompts) - done} prompts x {self.n})") as bar:
+            return self._sample_waves(r, model, prompts, columns, starts, per_call, seed0, round_rows, done,
+                                      reward_log, bar)
+
+    def _sample_waves(self, r, model, prompts, columns, starts, per_call, seed0, round_rows, done, reward_log,
+                      bar) -> tuple[int, list[dict]]:
+        """sample_round's generate calls, wave by wave; `bar` counts the rows gathered."""
+        from rlft.rollout.split import gather, is_sharded, rank_calls
+
+        ctx, (rank, world) = self.ctx, self._ranks()
         for k, keep in rank_calls(len(starts), rank, world, even=is_sharded(model)):  # one entry per wave
             part = None
             if k is not None:  # keep False: a repeated call (sharded model) keeping the ranks' generate calls in step
@@ -152,6 +162,7 @@ class RoundSampler:
                 if reward_log is not None:
                     reward_log.write(self.step, [{**x, "round": r} for x in logs])
                 round_rows += rows
+                bar.advance(len(rows))  # every rank's rows, once gathered: the round's whole count
                 self.prompts_by_rank[j] += len(rows) // self.n
                 if ctx.rank == 0:
                     self.log.append(rows)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
+from rlft import progress as shown
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.offpolicy import (
@@ -59,6 +60,7 @@ class RolloutCollector:
         self._clock: LearnerClock | None = None
         self.async_metrics: dict = {}
         self.dynamic_said = False  # the dynamic-sampling shortfall warning, once a run
+        self.label = "sampling"  # what the progress display calls this collection (the update, once known)
 
     def mean(self, x) -> float:
         return mean_over_processes(self.accelerator, x)
@@ -96,9 +98,12 @@ class RolloutCollector:
         evaluation's sampling settings instead of training's)."""
         cfg = self.cfg
         policy, tok, envs = sampler or (self._policy(), self.tokenizer, self.envs_for(len(rows)))
-        eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
-                           params or self.params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
-                           prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
+        label = "eval episodes" if params is not None else self.label  # shown by the main thread only
+        with shown.task(label, total=len(rows), unit="episodes") as bar:
+            eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
+                               params or self.params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
+                               prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)],
+                               progress=bar.callback())
         return self.episodes_batch(eps, tok)
 
     def episodes_batch(self, eps: list, tok) -> PPOBatch:
@@ -121,8 +126,9 @@ class RolloutCollector:
             return self.sample_episodes(rows, sampler)
         device = self.accelerator.device
         policy, tok, _ = sampler or (self._policy(), self.tokenizer, None)
-        r = sample(policy, tok, [row["prompt"] for row in rows], 1, self.params(),
-                   prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
+        with shown.task(self.label, total=len(rows), unit="completions") as bar:  # the main thread's only
+            r = sample(policy, tok, [row["prompt"] for row in rows], 1, self.params(),
+                       prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)], progress=bar.callback())
         prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
         completion_ids = r.completion_ids_BT.to(device)
         attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
@@ -138,6 +144,7 @@ class RolloutCollector:
         """(batch, reward metrics, scores_B): this update's rows sampled and scored; scores_B (NaN = unscored) for
         single-turn completions, None for episodes (their rewards are the env's, in batch.env_rewards_BT)."""
         rows = self.rows_for_update(update)
+        self.label = f"update {update + 1}/{self.algorithm.schedule.num_updates} sampling"
         if self.algorithm.dynamic_sampling:  # validation refuses it with async: every batch is sampled here, now
             batch, rows, dynamic = dynamic_batch(self, update, rows)
         else:
