@@ -97,11 +97,13 @@ def sync_weights_cpu(generation) -> None:
 
 
 def adopt_engine(trainer) -> None:
-    """The trainer's colocated engine, once started: weight sync through `sync_weights_cpu`, and no teardown at
-    interpreter exit. vLLM's teardown (`cleanup_dist_env_and_memory`) destroys torch.distributed's default group,
-    which in colocate mode is the training processes' own: rlft leaves that group itself before a launched rank
-    exits (rlft/runtime/ranks.py), and vLLM's teardown then fails on it ("Invalid process group specified", a
-    traceback after a finished run). At exit the engine's memory goes with the process."""
+    """The trainer's colocated engine, once started: weight sync through `sync_weights_cpu`, and with several
+    processes no teardown at interpreter exit. vLLM's teardown (`cleanup_dist_env_and_memory`) destroys
+    torch.distributed's default group, which in colocate mode is the training processes' own: rlft leaves that group
+    itself before a launched rank exits (rlft/runtime/ranks.py), and vLLM's teardown then fails on it ("Invalid
+    process group specified", a traceback after a finished run); the engine's memory goes with the process. One
+    process keeps the teardown: it only drops the group vLLM made for itself, and without it the interpreter's exit
+    reports vLLM's objects as leaked (nanobind)."""
     import types
 
     generation = getattr(trainer, "vllm_generation", None)
@@ -109,5 +111,5 @@ def adopt_engine(trainer) -> None:
         return
     generation.sync_weights = types.MethodType(sync_weights_cpu, generation)
     finalizer = getattr(generation.llm.llm_engine.engine_core, "_finalizer", None)
-    if finalizer is not None:
+    if finalizer is not None and trainer.accelerator.num_processes > 1:
         finalizer.detach()
