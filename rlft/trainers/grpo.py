@@ -231,7 +231,8 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             # the sampler's own log-probs where another engine sampled (vLLM), else the learner's at sampling time
             old = inputs.get("sampling_per_token_logps", inputs.get("old_per_token_logps"))
             if old is not None:
-                kst = kl_sample_train(old, self._train_logps, inputs["completion_mask"].float())
+                mask = inputs["completion_mask"].float() * ~old.isnan()  # a token vLLM could not score: NaN
+                kst = kl_sample_train(old.nan_to_num(), self._train_logps, mask)
                 for k, v in kst.items():
                     self._metrics["train"][k].append(v)
             else:  # TRL used per_token_logps.detach() as the sampler: identical by construction
