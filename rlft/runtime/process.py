@@ -19,12 +19,13 @@ def quiet_libraries(verbose: bool) -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # read when vLLM is imported (grpo.generation_backend vllm)
     warnings.filterwarnings("ignore")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    for name in ("transformers", "trl", "peft", "datasets", "accelerate", "torch"):
+    for name in ("transformers", "trl", "peft", "datasets", "accelerate", "torch", "vllm"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 

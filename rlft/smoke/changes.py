@@ -175,7 +175,8 @@ def hardware_changes(cfg) -> list[Change]:
                 f"the {t.optim} optimizer")
     section, s = _section(cfg)
     if s.get("generation_backend", "transformers") != "transformers":
-        out.add(f"{section}.generation_backend", s["generation_backend"], "transformers", "vLLM needs CUDA",
+        out.add(f"{section}.generation_backend", s["generation_backend"], "transformers",
+                "vLLM's CPU attention refuses the smoke model's head size of 16",
                 "vLLM generation")
     out.add("train.dataloader_num_workers", t.dataloader_num_workers, 0, "a few rows need no loader processes")
     if "wandb" in t.report_to:

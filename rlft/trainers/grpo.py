@@ -47,7 +47,18 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
 
     def __init__(self, *args, cfg: RlftConfig, run: RunDir | None = None, reward_suite=None, ref_model_for_kl=None,
                  **kwargs):
-        super().__init__(*args, **kwargs)
+        cpu_engine = _vllm_on_cpu(kwargs.get("args"))
+        if cpu_engine:  # TRL 1.16 starts the engine for CUDA's vLLM; on its CPU build it needs other settings
+            from rlft.trainers.vllm_colocate import cpu_engine_start
+
+            with cpu_engine_start(getattr(kwargs.get("model"), "dtype", "auto"), cfg.trl):
+                super().__init__(*args, **kwargs)
+        else:
+            super().__init__(*args, **kwargs)
+        if cpu_engine:
+            from rlft.trainers.vllm_colocate import adopt_engine
+
+            adopt_engine(self)
         self.cfg = cfg
         g = cfg.grpo
         self._init_rewards(run, reward_suite)
@@ -232,9 +243,11 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             # not a measurement (TRL writes 0, and an entropy of 0 reads as a collapse): left out of the row
             self._drop_last(m, before)
         if self._train_logps is not None and model.training:
-            old = inputs.get("old_per_token_logps")
+            # the sampler's own log-probs where another engine sampled (vLLM), else the learner's at sampling time
+            old = inputs.get("sampling_per_token_logps", inputs.get("old_per_token_logps"))
             if old is not None:
-                kst = kl_sample_train(old, self._train_logps, inputs["completion_mask"].float())
+                mask = inputs["completion_mask"].float() * ~old.isnan()  # a token vLLM could not score: NaN
+                kst = kl_sample_train(old.nan_to_num(), self._train_logps, mask)
                 for k, v in kst.items():
                     self._metrics["train"][k].append(v)
             else:  # TRL used per_token_logps.detach() as the sampler: identical by construction
@@ -290,6 +303,16 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             batch = _shuffle_groups(batch, self.cfg.grpo.group_size)
             self._buffered_inputs = split_tensor_dict(batch, self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+
+def _vllm_on_cpu(args) -> bool:
+    """TRL samples with a colocated vLLM engine, and the installed vLLM is its CPU build
+    (rlft/trainers/vllm_colocate.py patches TRL for it)."""
+    if args is None or not args.use_vllm or args.vllm_mode != "colocate":
+        return False
+    from rlft.trainers.vllm_colocate import vllm_on_cpu
+
+    return vllm_on_cpu()
 
 
 def check_whole_groups(prompt_keys: list, group_size: int, rank: int = 0) -> None:

