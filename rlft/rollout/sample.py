@@ -10,7 +10,7 @@ token (gigabytes for a real vocabulary).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -144,11 +144,12 @@ def _eos_ids(model, tokenizer) -> list[int]:
 
 @torch.no_grad()
 def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingParams,
-           prompt_ids: Sequence[Any] | None = None) -> Rollouts:
+           prompt_ids: Sequence[Any] | None = None, progress: Callable[[int, int], None] | None = None) -> Rollouts:
     """n sampled completions per prompt from `model` as it is now (a PEFT model samples with its adapter).
 
     The model is put in eval mode (no dropout) while sampling and returned to its previous mode. Pass the
     unwrapped model (not a DDP wrapper). With `params.seed` the same prompts and settings draw the same tokens.
+    `progress(done, total)`, when given, is called after each generate call with the completions drawn so far.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -156,14 +157,14 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
     if not prompts:
         raise ValueError("no prompts to sample from")
     if params.seed is None:
-        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids, progress)
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
         torch.manual_seed(params.seed)
-        return _sample(model, tokenizer, prompts, n, params, prompt_ids)
+        return _sample(model, tokenizer, prompts, n, params, prompt_ids, progress)
 
 
-def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, prompt_ids) -> Rollouts:
+def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, prompt_ids, progress=None) -> Rollouts:
     ids = list(range(len(prompts))) if prompt_ids is None else list(prompt_ids)
     if len(ids) != len(prompts):
         raise ValueError(f"{len(ids)} prompt ids for {len(prompts)} prompts")
@@ -192,6 +193,8 @@ def _sample(model, tokenizer, prompts: list, n: int, params: SamplingParams, pro
                 logprobs = recorder.finish(completion[:, -1]) if completion.size(1) else completion.float()
                 chunks.append((p_ids.repeat_interleave(n, 0), p_mask.repeat_interleave(n, 0), completion.cpu(),
                                logprobs.cpu()))
+                if progress is not None:
+                    progress(min(start + per_call, len(prompts)) * n, len(prompts) * n)
     finally:
         model.train(was_training)
     P = max(c[0].size(1) for c in chunks)
