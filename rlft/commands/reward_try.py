@@ -242,7 +242,8 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     does) from the configured model, with the stage's sampling settings and train.seed; no training."""
     from rlft.models.loading import ModelLoadError, load_policy, load_policy_tokenizer
     from rlft.posttrain.evaluate import sampling_section
-    from rlft.rollout import SamplingParams, sample
+    from rlft.rollout import SamplingParams
+    from rlft.rollout.sampler import SamplerSettings, sampler_for
     from rlft.rollout.score import sampled_columns
     from rlft.errors import RunError
     from rlft.runtime import quiet_libraries
@@ -267,7 +268,8 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     params = SamplingParams(temperature=s.temperature, top_p=getattr(s, "top_p", 1.0), max_new_tokens=s.max_tokens,
                             batch_size=64, seed=cfg.train.seed)
     rows = ds.to_list()
-    rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params, prompt_ids=[r["prompt_id"] for r in rows])
+    sampler = sampler_for(model, tokenizer, SamplerSettings.from_config(cfg))  # sampling.backend
+    rolls = sampler.sample([r["prompt"] for r in rows], params, n, prompt_ids=[r["prompt_id"] for r in rows])
     sampled = sampled_columns(rolls)  # token counts and budget, for the rewards that name them (overlong_penalty)
     items = []
     for i, p in enumerate(rolls.prompt_index):

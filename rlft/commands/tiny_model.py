@@ -12,6 +12,9 @@ from rlft.commands.common import err, exits
 def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to (new, empty, or "
                                                         "a tiny model rlft wrote before)."),
                init_std: float = typer.Option(None, help="Weight init std, > 0 (default: rlft's learnable default)."),
+               num_heads: int = typer.Option(None, "--num-heads", help="Attention heads (hidden size 64 split among "
+                                                                       "them; default 4 of 16). 2 gives heads of 32, "
+                                                                       "the smallest vLLM's CPU attention runs."),
                force: bool = typer.Option(False, "--force", help="Write into a folder that holds other "
                                                                  "files.")) -> None:
     """Build rlft's tiny causal LM (offline) into OUT_DIR."""
@@ -27,6 +30,12 @@ def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the mod
         claim_output(out_dir, "tiny-model", force=force, what="folder",
                      made_before=lambda folder: (folder / MARKER_FILE).is_file(),
                      owned=Owned(files=tuple(map(re.escape, WRITTEN_NAMES))))
+    if num_heads is not None and (num_heads < 1 or 64 % num_heads or (64 // num_heads) % 2):
+        err(f"error: --num-heads {num_heads}: the hidden size 64 must split into heads of an even size (1, 2, 4, 8, "
+            "16)")
+        raise typer.Exit(2)
     kwargs = {} if init_std is None else {"init_std": init_std}
+    if num_heads is not None:
+        kwargs["num_heads"] = num_heads
     path = build_tiny_model(out_dir, **kwargs)
     typer.echo(f"tiny model written to {path}")

@@ -294,6 +294,10 @@ CONDITIONAL: dict[str, Doc] = {
     "async/wait_s": ("sampling ahead: time the learner waited for samples this iteration", SECONDS),
     "async/overlap_frac": ("sampling ahead: share of the sampler's time that ran while the learner computed",
                            FRACTION),
+    "tis/weight_mean": ("`sampling.tis_cap` (PPO loop): mean truncated importance weight min(π_learner / "
+                        "π_sampler, cap) over completion tokens", RATIO),
+    "tis/frac_capped": ("`sampling.tis_cap`: share of completion tokens whose π_learner / π_sampler exceeded the cap",
+                        FRACTION),
     "time/generation_s": ("sampling ahead: wall-clock time the sampler took for the batch trained on", SECONDS),
     "time/training_s": ("sampling ahead: the learner's compute time this iteration (waiting excluded)", SECONDS),
 }

@@ -27,7 +27,8 @@ class SamplingConfig:
                                   "two minutes a start on CPU for a 2-3x faster sampler at most).")
     max_model_len: Optional[int] = F(None, "vLLM's longest sequence (prompt + completion) in tokens; null = "
                                            "train.max_seq_length.", ge=16)
-    kv_cache_gib: float = F(1.0, "vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE on CPU).", gt=0, le=4096)
+    kv_cache_gib: int = F(1, "vLLM's KV cache in whole GiB on CPU (VLLM_CPU_KVCACHE_SPACE; on CUDA "
+                             "sampling.gpu_memory_utilization sets it).", ge=1, le=4096)
     gpu_memory_utilization: float = F(0.3, "On CUDA: vLLM's share of the GPU's memory (weights, activations and KV "
                                            "cache).", gt=0, lt=1)
     tis_cap: Optional[float] = F(None, "Truncated importance sampling on rlft's own PPO loop: each token's advantage "

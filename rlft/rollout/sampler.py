@@ -30,7 +30,7 @@ class SamplerSettings:
     vllm_dtype: str = "auto"              # auto = the policy's dtype
     enforce_eager: bool = True
     max_model_len: int | None = None      # None: the model's max_position_embeddings
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: int = 1
     gpu_memory_utilization: float = 0.3
     seed: int = 0                         # the engine's own seed (each seeded request carries its own)
 

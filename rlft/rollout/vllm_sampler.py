@@ -88,7 +88,7 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
     extra: dict = {}
     if device.type == "cpu":
         # the KV cache's size on CPU (GiB); without it vLLM asks for a share of the node's whole RAM
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(settings.kv_cache_gib))))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     else:
         extra["gpu_memory_utilization"] = settings.gpu_memory_utilization
     from vllm import LLM

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
+from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
@@ -59,6 +60,8 @@ class RolloutCollector:
         self._clock: LearnerClock | None = None
         self.async_metrics: dict = {}
         self.dynamic_said = False  # the dynamic-sampling shortfall warning, once a run
+        # the learner's sampler (sampling.backend); the async sampler's copy of the policy samples with generate
+        self.sampler = make_sampler(SamplerSettings.from_config(cfg), tokenizer)
 
     def mean(self, x) -> float:
         return mean_over_processes(self.accelerator, x)
@@ -98,7 +101,8 @@ class RolloutCollector:
         policy, tok, envs = sampler or (self._policy(), self.tokenizer, self.envs_for(len(rows)))
         eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
                            params or self.params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
-                           prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)])
+                           prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)],
+                           sampler=self.engine_for(policy))
         return self.episodes_batch(eps, tok)
 
     def episodes_batch(self, eps: list, tok) -> PPOBatch:
@@ -121,8 +125,10 @@ class RolloutCollector:
             return self.sample_episodes(rows, sampler)
         device = self.accelerator.device
         policy, tok, _ = sampler or (self._policy(), self.tokenizer, None)
-        r = sample(policy, tok, [row["prompt"] for row in rows], 1, self.params(),
-                   prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)])
+        engine, prompts = self.engine_for(policy), [row["prompt"] for row in rows]
+        ids = [row.get("prompt_id", i) for i, row in enumerate(rows)]
+        r = sample(policy, tok, prompts, 1, self.params(), prompt_ids=ids) if engine is None else \
+            engine.sample(prompts, self.params(), 1, prompt_ids=ids)
         prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
         completion_ids = r.completion_ids_BT.to(device)
         attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
@@ -131,6 +137,14 @@ class RolloutCollector:
                         position_ids_BL=position_ids, prompt_len=prompt_ids.shape[1],
                         mask_BT=r.completion_mask_BT.to(device).float(), logp_sampler_BT=r.logprobs_BT.to(device),
                         rollouts=r)
+
+    def engine_for(self, policy):
+        """The learner's sampler synced to `policy` (its weights pushed when they changed since the last sampling);
+        None for the async sampler's copy, which samples with generate itself."""
+        if policy is not self._policy():
+            return None
+        self.sampler.sync(policy)
+        return self.sampler
 
     # --- one update's batch ----------------------------------------------------------------------
     @torch.no_grad()
