@@ -58,10 +58,17 @@ def _hf_config(model):
     return base.config
 
 
+# config fields that differ between loads of one model (a trainer turns the KV cache off while it trains) and
+# mean nothing to the engine: the same engine keeps serving
+_NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "use_cache", "dtype", "torch_dtype",
+                     "_attn_implementation", "_attn_implementation_autoset", "output_attentions",
+                     "output_hidden_states", "return_dict", "_commit_hash")
+
+
 def _engine_key(model, settings: SamplerSettings) -> tuple:
     cfg = _hf_config(model).to_dict()
-    cfg.pop("_name_or_path", None)
-    cfg.pop("transformers_version", None)
+    for k in _NOT_ARCHITECTURE:
+        cfg.pop(k, None)
     import json
 
     return (json.dumps(cfg, sort_keys=True, default=str), _dtype_name(model, settings), settings.enforce_eager,
