@@ -27,7 +27,7 @@ import torch
 from rlft.errors import RunError
 from rlft.models.merged import merged_weights, weights_fingerprint
 from rlft.rollout.sample import Rollouts, SamplingParams, _left_pad, render_prompt
-from rlft.rollout.sampler import Progress, SamplerSettings
+from rlft.rollout.sampling_settings import Progress, SamplerSettings
 from rlft.data.messages import as_text
 
 __all__ = ["VLLMSampler", "engine_of", "shutdown_engine"]
