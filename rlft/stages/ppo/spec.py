@@ -218,7 +218,8 @@ SPEC = StageSpec(
              "completion_length", "episodes", "ratio", "kl_penalty", "kl_sample_train_v1", "kl_sample_train_v2",
              "value_mean", "return_scale", "critic_warmup", "early_stop", "rollback", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
-    health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated", "all_masked_truncated"),
+    health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated", "all_masked_truncated",
+                  "sampler_learner_mismatch"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     total_steps=total_updates, steps_per_generation=lambda cfg: 1,  # one rollout per update
     checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
