@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from conftest import read_jsonl, run_cli
+from conftest import ROOT, read_jsonl, run_cli
 from rlft.config.sampling import vllm_installed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vllm is not importable here "
@@ -157,6 +157,15 @@ def test_rlft_eval_and_generate_with_vllm(ppo_run, tmp_path):
     assert res.stdout.count("=== ") == 2 and res.stdout.count("--- ") == 4
     bad = run_cli("generate", str(ppo_run), "-p", "x", "--backend", "sglang")
     assert bad.returncode == 2 and "--backend sglang" in bad.stderr
+
+
+@pytest.mark.e2e
+def test_rewards_try_samples_with_vllm(tmp_path, tiny_path):
+    res = run_cli("rewards", "try", "--stage", "ppo", "-c", str(ROOT / PPO_DEMO), f"model.name_or_path={tiny_path}",
+                  "--sample", "2", "--max-prompts", "3", "sampling.backend=vllm", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = read_jsonl(tmp_path / "rewards_try.jsonl")
+    assert [r["prompt_id"] for r in rows] == [0, 0, 1, 1, 2, 2] and all(r["total"] is not None for r in rows)
 
 
 @pytest.mark.e2e
