@@ -152,3 +152,20 @@ def test_tiny_model_num_heads_builds_the_vllm_sized_model(tmp_path):
     assert config["num_attention_heads"] == 2 and config["hidden_size"] // 2 == 32
     bad = run_cli("tiny-model", tmp_path / "h3", "--num-heads", "3")
     assert bad.returncode == 2 and "--num-heads 3" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cpu_attention_problem_and_the_tiny_model_refusal(monkeypatch, tmp_path):
+    import rlft.config.sampling as sampling
+    from rlft.config.sampling import cpu_attention_problem
+
+    assert "have 16" in cpu_attention_problem({"hidden_size": 64, "num_attention_heads": 4})
+    assert cpu_attention_problem({"hidden_size": 64, "num_attention_heads": 2}) is None
+    assert cpu_attention_problem({"hidden_size": 64, "num_attention_heads": 4, "head_dim": 64}) is None
+    monkeypatch.setattr(sampling, "vllm_installed", lambda: True)
+    c = _Checks({"sampling.backend": "vllm", "hw.device": "cpu", "model.name_or_path": "tiny"})
+    check_sampling(c)
+    assert len(c.errors) == 1 and "--num-heads 2" in c.errors[0][1]
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 2}))
+    c = _Checks({"sampling.backend": "vllm", "hw.device": "cpu", "model.name_or_path": str(tmp_path)})
+    check_sampling(c)
+    assert c.errors == []

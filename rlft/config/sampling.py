@@ -46,6 +46,41 @@ def vllm_installed() -> bool:
         return False
 
 
+# vLLM's CPU attention kernels: head sizes it runs (vllm/v1/attention/backends/cpu_attn.py)
+CPU_HEAD_DIMS = (32, 512)
+
+
+def cpu_attention_problem(config: dict) -> str | None:
+    """Why vLLM's CPU attention cannot run a model (its config.json as a dict), or None."""
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    head_dim = config.get("head_dim") or (hidden // heads if isinstance(hidden, int) and isinstance(heads, int)
+                                          and heads > 0 else None)
+    lo, hi = CPU_HEAD_DIMS
+    if isinstance(head_dim, int) and not lo <= head_dim <= hi:
+        return (f"vLLM's CPU attention runs heads of {lo} to {hi} dimensions and this model's have {head_dim} "
+                f"(rlft's tiny model: build one that fits with `rlft tiny-model DIR --num-heads 2`); use "
+                f"sampling.backend hf")
+    return None
+
+
+def _model_config(name: Any) -> dict | None:
+    """The model's config.json when it is rlft's tiny model or a local folder (no hub look-ups here)."""
+    import json
+    from pathlib import Path
+
+    if name == "tiny":
+        from rlft.tiny import BUILD_DEFAULTS
+
+        return {"hidden_size": BUILD_DEFAULTS["hidden_size"], "num_attention_heads": BUILD_DEFAULTS["num_heads"]}
+    if not isinstance(name, str):
+        return None
+    path = Path(name).expanduser() / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def check_sampling(c: Any) -> None:
     """Cross-field rules of the `sampling:` section (`c`: a stage spec's check context)."""
     if c.get("sampling.backend") != "vllm":
@@ -60,6 +95,10 @@ def check_sampling(c: Any) -> None:
                                     "sampling.backend hf with several processes or machines")
     if c.get("hw.device") == "mps":
         c.error("sampling.backend", "vllm has no Apple MPS build; use sampling.backend hf")
+    config = _model_config(c.get("model.name_or_path")) if c.get("hw.device") == "cpu" else None
+    problem = cpu_attention_problem(config) if isinstance(config, dict) else None
+    if problem:
+        c.error("sampling.backend", problem)
     for section in ("ppo", "grpo"):
         if isinstance(c.get(f"{section}.async.max_steps_off_policy"), int):
             c.error("sampling.backend", f"vllm does not sample for {section}.async (its sampler is a transformers copy "

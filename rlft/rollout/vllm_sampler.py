@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
+from rlft.config.sampling import cpu_attention_problem
 from rlft.errors import RunError
 from rlft.models.merged import merged_weights, weights_fingerprint
 from rlft.rollout.sample import Rollouts, SamplingParams, _left_pad, render_prompt
@@ -79,6 +80,9 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
     """A vLLM engine in this process with the policy's architecture and dummy weights (sync sends the real ones)."""
     device = next(model.parameters()).device
     config = _hf_config(model)
+    problem = cpu_attention_problem(config.to_dict()) if device.type == "cpu" else None
+    if problem:
+        raise RunError(f"sampling.backend vllm: {problem}")
     folder = tempfile.TemporaryDirectory(prefix="rlft-vllm-")
     config.to_json_file(os.path.join(folder.name, "config.json"))
     limit = getattr(config, "max_position_embeddings", None) or 4096
@@ -98,12 +102,19 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     else:
         extra["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    from vllm import LLM
+    try:
+        from vllm import LLM
 
-    llm = LLM(model=folder.name, skip_tokenizer_init=True, load_format="dummy", dtype=_dtype_name(model, settings),
-              enforce_eager=settings.enforce_eager, max_model_len=max_len, seed=settings.seed,
-              distributed_executor_backend="external_launcher", logprobs_mode="processed_logprobs",
-              generation_config="vllm", max_num_batched_tokens=max(4096, max_len), **extra)
+        llm = LLM(model=folder.name, skip_tokenizer_init=True, load_format="dummy",
+                  dtype=_dtype_name(model, settings), enforce_eager=settings.enforce_eager, max_model_len=max_len,
+                  seed=settings.seed, distributed_executor_backend="external_launcher",
+                  logprobs_mode="processed_logprobs", generation_config="vllm",
+                  max_num_batched_tokens=max(4096, max_len), **extra)
+    except Exception as exc:  # noqa: BLE001 - vLLM's own reason, as one line: an unsupported model or setting
+        folder.cleanup()
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise RunError(f"sampling.backend vllm: vLLM could not start an engine for this model ({reason}); use "
+                       f"sampling.backend hf") from exc
     return _Engine(llm=llm, key=_engine_key(model, settings), folder=folder, max_model_len=max_len)
 
 
