@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT, read_jsonl, run_cli
+from conftest import ROOT, interrupt_after_checkpoint, read_jsonl, run_cli
 from rlft.config.sampling import vllm_installed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vllm is not importable here "
@@ -157,6 +157,21 @@ def test_rlft_eval_and_generate_with_vllm(ppo_run, tmp_path):
     assert res.stdout.count("=== ") == 2 and res.stdout.count("--- ") == 4
     bad = run_cli("generate", str(ppo_run), "-p", "x", "--backend", "sglang")
     assert bad.returncode == 2 and "--backend sglang" in bad.stderr
+
+
+@pytest.mark.e2e
+def test_ppo_with_vllm_resumes_in_sync(tmp_path, tiny_path):
+    """A resumed run's new engine samples the checkpoint's weights, not the base model's."""
+    out = tmp_path / "ppo"
+    args = ["train", "--stage", "ppo", "--hw", "cpu", "-c", PPO_DEMO, f"train.output_dir={out}",
+            f"model.name_or_path={tiny_path}", "ppo.num_episodes=64", "ppo.save_interval=16",
+            "ppo.eval_interval=100000", "data.eval_prompts=0", "sampling.backend=vllm"]
+    interrupt_after_checkpoint(out, 2, *args)
+    res = run_cli(*args, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["kl_sample_train_v2"] < 1e-8 for r in rows), [r["kl_sample_train_v2"] for r in rows]
 
 
 @pytest.mark.e2e
