@@ -17,6 +17,7 @@ over the nucleus, which the hf backend does not; rlft's defaults keep top_p 1.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -76,6 +77,24 @@ def _engine_key(model, settings: SamplerSettings) -> tuple:
             settings.max_model_len, settings.kv_cache_gib, settings.gpu_memory_utilization, settings.seed)
 
 
+@contextlib.contextmanager
+def _rng_kept():
+    """The process's random streams (Python, NumPy, torch) as they were: vLLM's worker seeds them all at start,
+    which would move the training run's own draws (minibatch order, a resumed run's restored state)."""
+    import random
+
+    import numpy as np
+
+    py, npy = random.getstate(), np.random.get_state()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
 def _start_engine(model, settings: SamplerSettings) -> _Engine:
     """A vLLM engine in this process with the policy's architecture and dummy weights (sync sends the real ones)."""
     device = next(model.parameters()).device
@@ -105,11 +124,12 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
     try:
         from vllm import LLM
 
-        llm = LLM(model=folder.name, skip_tokenizer_init=True, load_format="dummy",
-                  dtype=_dtype_name(model, settings), enforce_eager=settings.enforce_eager, max_model_len=max_len,
-                  seed=settings.seed, distributed_executor_backend="external_launcher",
-                  logprobs_mode="processed_logprobs", generation_config="vllm",
-                  max_num_batched_tokens=max(4096, max_len), **extra)
+        with _rng_kept():
+            llm = LLM(model=folder.name, skip_tokenizer_init=True, load_format="dummy",
+                      dtype=_dtype_name(model, settings), enforce_eager=settings.enforce_eager,
+                      max_model_len=max_len, seed=settings.seed, distributed_executor_backend="external_launcher",
+                      logprobs_mode="processed_logprobs", generation_config="vllm",
+                      max_num_batched_tokens=max(4096, max_len), **extra)
     except Exception as exc:  # noqa: BLE001 - vLLM's own reason, as one line: an unsupported model or setting
         folder.cleanup()
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
