@@ -121,6 +121,8 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(settings.kv_cache_gib)
     else:
         extra["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    # vLLM logs every engine step at INFO on the run's console; its warnings and errors still show
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         from vllm import LLM
 
