@@ -29,6 +29,7 @@ _MODULES = {
     "registry": ("Registry",),
     "rejection": ("KEEP_RULES", "keep_mask"),
     "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "episodes_to_updates", "ppo_loop_schedule"),
+    "tis": ("tis_metrics", "tis_weights"),
 }
 
 __getattr__ = lazy_attributes(__name__, {name: module for module, names in _MODULES.items() for name in names})

@@ -140,8 +140,20 @@ def generate_cmd(target: Path = TARGET_ARG,
                  top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold."),
                  seed: int = typer.Option(0, "--seed", help="Sampling seed."),
                  raw: bool = typer.Option(False, "--raw", help="Do not wrap prompts in the chat template."),
+                 backend: str = typer.Option("hf", "--backend", help="Sampler: hf (transformers generate) or vllm "
+                                                                     "(an in-process vLLM engine, as "
+                                                                     "sampling.backend)."),
                  checkpoint: Optional[int] = CHECKPOINT_OPT, quiet_: bool = QUIET_OPT) -> None:
     """Sample a few completions from a trained adapter or model (chat template applied when it has one)."""
+    from rlft.config.sampling import BACKENDS, VLLM_INSTALL, vllm_installed
+
+    if backend not in BACKENDS:
+        err(f"error: --backend {backend}: expected one of {', '.join(BACKENDS)}")
+        raise typer.Exit(2)
+    if backend == "vllm" and not vllm_installed():
+        err(f"error: --backend vllm: vllm is not installed in this environment; install it ({VLLM_INSTALL}) or use "
+            "--backend hf")
+        raise typer.Exit(2)
     prompts = list(prompt or [])
     if file is not None:
         if not file.is_file():
@@ -168,7 +180,7 @@ def generate_cmd(target: Path = TARGET_ARG,
     from rlft.posttrain.generate import generate
 
     with exits():
-        rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw)
+        rows = generate(tgt, prompts, n, max_tokens, temperature, top_p, seed, raw, backend)
     last = None
     for row in rows:
         if row["prompt"] != last:

@@ -255,7 +255,8 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     does) from the configured model, with the stage's sampling settings and train.seed; no training."""
     from rlft.models.loading import ModelLoadError, load_policy, load_policy_tokenizer
     from rlft.posttrain.evaluate import sampling_section
-    from rlft.rollout import SamplingParams, sample
+    from rlft.rollout import SamplingParams
+    from rlft.rollout.sampler import SamplerSettings, sampler_for
     from rlft.rollout.score import sampled_columns
     from rlft.errors import RunError
     from rlft.runtime import quiet_libraries
@@ -282,9 +283,10 @@ def items_from_model(cfg: RlftConfig, suite, n: int, max_prompts: int) -> list[I
     rows = ds.to_list()
     from rlft import progress
 
+    sampler = sampler_for(model, tokenizer, SamplerSettings.from_config(cfg))  # sampling.backend
     with progress.task("rewards try: sampling", total=len(rows) * n, unit="completions") as bar:
-        rolls = sample(model, tokenizer, [r["prompt"] for r in rows], n, params,
-                       prompt_ids=[r["prompt_id"] for r in rows], progress=bar.callback())
+        rolls = sampler.sample([r["prompt"] for r in rows], params, n, prompt_ids=[r["prompt_id"] for r in rows],
+                               progress=bar.callback())
     sampled = sampled_columns(rolls)  # token counts and budget, for the rewards that name them (overlong_penalty)
     items = []
     for i, p in enumerate(rolls.prompt_index):

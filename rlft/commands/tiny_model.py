@@ -12,9 +12,10 @@ from rlft.commands.common import err, exits
 def tiny_model(out_dir: Path = typer.Argument(..., help="Folder to write the model and tokenizer to (new, empty, or "
                                                         "a tiny model rlft wrote before)."),
                init_std: float = typer.Option(None, help="Weight init std, > 0 (default: rlft's learnable default)."),
-               heads: int = typer.Option(None, help="Attention heads (hidden size 64), one of 1, 2, 4 (default 4, "
-                                                    "head size 16; 2 gives head size 32, the smallest vLLM's CPU "
-                                                    "attention accepts)."),
+               heads: int = typer.Option(None, "--heads",
+                                         help="Attention heads (hidden size 64), one of 1, 2, 4 (default 4, "
+                                              "head size 16; 2 gives head size 32, the smallest vLLM's CPU "
+                                              "attention accepts)."),
                force: bool = typer.Option(False, "--force", help="Write into a folder that holds other "
                                                                  "files.")) -> None:
     """Build rlft's tiny causal LM (offline) into OUT_DIR."""

@@ -343,6 +343,10 @@ CONDITIONAL: dict[str, Doc] = {
                                                 "weights (1 = the engine samples the learner's policy)", RATIO),
     "sampling/importance_sampling_ratio/max": ("grpo with `generation_backend: vllm`: largest of those importance "
                                                "weights", RATIO),
+    "tis/weight_mean": ("`sampling.tis_cap` (PPO loop): mean truncated importance weight min(π_learner / "
+                        "π_sampler, cap) over completion tokens", RATIO),
+    "tis/frac_capped": ("`sampling.tis_cap`: share of completion tokens whose π_learner / π_sampler exceeded the cap",
+                        FRACTION),
     "time/generation_s": ("sampling ahead: wall-clock time the sampler took for the batch trained on", SECONDS),
     "time/training_s": ("sampling ahead: the learner's compute time this iteration (waiting excluded)", SECONDS),
 }

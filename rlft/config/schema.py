@@ -16,6 +16,7 @@ from typing import Any, Optional, Union, get_args, get_origin
 
 from rlft.config.fields import F, config_section
 from rlft.config.names import TOO_LONG_MODES
+from rlft.config.sampling import SamplingConfig
 from rlft.config.stages import DEFAULT_STAGE, HARDWARE, STAGES, sampling_stages, stage_sections  # noqa: F401 - HARDWARE re-exported
 
 SAMPLING_STAGES = sampling_stages()  # stages that generate and score completions (from their StageSpec)
@@ -306,6 +307,9 @@ def _config_class():
         ("eval", EvalConfig, F(help="How every sampling stage samples its evaluation (null keys: the stage's own "
                                     "settings); one `eval:` in a pipeline's defaults makes the stages' numbers "
                                     "comparable.", factory=EvalConfig)),
+        ("sampling", SamplingConfig, F(help="The engine that samples completions on rlft's own sampling paths (hf "
+                                            "generate or an in-process vLLM), and its settings.",
+                                       factory=SamplingConfig)),
         ("env", EnvConfig, F(help="Environment for multi-turn (tool-use) episodes, used by PPO and "
                                   "GRPO.", factory=EnvConfig)),
         ("hw", HardwareConfig, F(help="Hardware profile: device, processes, distributed "

@@ -193,6 +193,9 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     from rlft.config.eval_sampling import check_eval
 
     check_eval(checks)
+    from rlft.config.sampling import check_sampling
+
+    check_sampling(checks)
     if g("monitor.reward_hot_reload") is True and (not spec.reloads_rewards or g("env.name")):
         reloads = " and ".join(s.name.upper() for s in STAGE_SPECS.values() if s.reloads_rewards)
         err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of {reloads}; "

@@ -71,7 +71,8 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int | None, out: Pat
     same policy, prompts and settings give the run's numbers."""
     from rlft import progress
     from rlft.rewards import RewardResolveError, build_reward_suite
-    from rlft.rollout import CompletionLog, Scores, sample, score
+    from rlft.rollout import CompletionLog, Scores, score
+    from rlft.rollout.sampler import SamplerSettings, sampler_for
     from rlft.rollout.eval_stats import prompt_stats
     from rlft.rollout.evaluate import eval_calls, eval_set, sampling_params
     from rlft.stages.common.prompt_data import prepare_prompt_data
@@ -105,10 +106,11 @@ def evaluate(target: Target, cfg: RlftConfig, data: str, n: int | None, out: Pat
     log = CompletionLog(out, -1)
     totals: list = []
     per_reward: dict[str, list] = {name: [] for name in names}
+    sampler = sampler_for(model, tokenizer, SamplerSettings.from_config(cfg))  # sampling.backend
     with progress.task("eval", total=len(prompts) * settings.n, unit="samples") as bar:
         for idx, call in eval_calls(len(prompts), settings.n, params):
-            rolls = sample(model, tokenizer, [prompts[i] for i in idx], settings.n, call,
-                           prompt_ids=[ids[i] for i in idx], progress=bar.callback(bar.completed))
+            rolls = sampler.sample([prompts[i] for i in idx], call, settings.n, prompt_ids=[ids[i] for i in idx],
+                                   progress=bar.callback(bar.completed))
             part = {c: [v[i] for i in idx] for c, v in columns.items()}
             scores = score(rolls, suite, part)
             got = dict(scores.per_reward)

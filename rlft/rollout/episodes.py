@@ -143,9 +143,10 @@ def bridge_tokens(tokenizer, history: list[dict], observation: list[dict], actio
 @torch.no_grad()
 def run_episodes(model, tokenizer, envs: Sequence[SafeEnv], rows: Sequence[dict], seeds: Sequence[int],
                  params: SamplingParams, max_turns: int, max_seq_length: int,
-                 prompt_ids: Sequence[Any] | None = None, progress=None) -> list[Episode]:
+                 prompt_ids: Sequence[Any] | None = None, sampler=None, progress=None) -> list[Episode]:
     """One episode per (env, row, seed), all advanced together one turn at a time (one batched
-    generate per turn over the episodes still running); `progress(done, total)`, when given, hears the
+    generate per turn over the episodes still running). `sampler` (rlft.rollout.sampler, synced to `model`)
+    draws the turns instead of generate on `model`; `progress(done, total)`, when given, hears the
     episodes ended after each turn."""
     eps = [Episode(prompt_id=(prompt_ids[i] if prompt_ids is not None else i), seed=int(seeds[i]))
            for i in range(len(rows))]
@@ -172,7 +173,9 @@ def run_episodes(model, tokenizer, envs: Sequence[SafeEnv], rows: Sequence[dict]
         active = [i for i, ep in enumerate(eps) if not ep.done]
         if not active:
             break
-        r = sample(model, tokenizer, [eps[i].prompt_ids + eps[i].ids for i in active], 1, params)
+        turn_prompts = [eps[i].prompt_ids + eps[i].ids for i in active]
+        r = sample(model, tokenizer, turn_prompts, 1, params) if sampler is None else \
+            sampler.sample(turn_prompts, params, 1)
         for j, i in enumerate(active):
             ep, env = eps[i], envs[i]
             m = r.completion_mask_BT[j].bool()

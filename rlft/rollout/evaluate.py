@@ -15,7 +15,8 @@ import statistics
 from rlft import progress as shown
 from rlft.config.eval_sampling import EVAL_SEED_OFFSET, NOT_IDENTITY, EvalSettings, eval_sampling
 from rlft.rollout.eval_stats import prompt_stats
-from rlft.rollout.sample import SamplingParams, sample
+from rlft.rollout.sample import SamplingParams
+from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.score import score
 from rlft.rollout.split import gather, is_sharded, process_group, rank_calls
 
@@ -24,7 +25,7 @@ __all__ = ["EVAL_SEED_OFFSET", "eval_calls", "evaluate", "evaluation", "sampling
 
 def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, params: SamplingParams,
              on_samples=None, *, pass_threshold: float = 1.0, extra_suite=None, sampling: dict | None = None,
-             label: str = "eval") -> dict:
+             backend: SamplerSettings | None = None, label: str = "eval") -> dict:
     """{"reward_mean" (mean@n), "pass_at_k", "prompt_std", "k", "n" (scored samples), "prompts", "unscored",
     "eval_set", "per_reward" (each reward's mean), "reward_failures" (each reward's samples left without a score:
     it raised, timed out or returned no number, as training rows' rewards/<name>/errors count them), "sampling"}
@@ -41,7 +42,7 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     The prompts are sampled `params.batch_size` completions (whole prompts) per generate call, all at once when
     it is None; the call starting at prompt i is seeded `params.seed + i`. In a multi-process run every rank must
     call this: the calls are shared out over the ranks and the scores gathered, so the numbers are the same for
-    any number of processes (and equal a single process's)."""
+    any number of processes (and equal a single process's). `backend` (sampling:) picks the engine; None = hf."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     if not prompts:
@@ -50,6 +51,8 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
     starts = [idx.start for idx, _ in calls]
     rank, world = process_group()
     mine: dict[int, list] = {}
+    sampler = make_sampler(backend, tokenizer)
+    sampler.sync(model)  # the weights evaluated reach the engine first
     waves = list(rank_calls(len(starts), rank, world, even=is_sharded(model)))
     own = sum(len(calls[k][0]) * n for k, _ in waves if k is not None)  # this rank's samples (rank 0 shows its)
     with shown.task(label, total=own, unit="samples") as bar:
@@ -57,8 +60,8 @@ def evaluate(model, tokenizer, suite, prompts: list, columns: dict, n: int, para
             if k is None:  # this rank has no chunk in the last wave
                 continue
             idx, call_params = calls[k]
-            rollouts = sample(model, tokenizer, [prompts[i] for i in idx], n, call_params,
-                              progress=bar.callback(bar.completed))
+            rollouts = sampler.sample([prompts[i] for i in idx], call_params, n,
+                                      progress=bar.callback(bar.completed))
             if keep:  # a repeated call (sharded model, fewer chunks than calls) only keeps the ranks in step
                 chunk_columns = {c: [v[i] for i in idx] for c, v in columns.items()}
                 scores = score(rollouts, suite, chunk_columns, count=False)
@@ -99,13 +102,13 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
     sample to `self.completions` (completions.jsonl, settable once the run folder exists) as `eval-<i>` rows."""
 
     def __init__(self, tokenizer, suite, prompts: list, columns: dict, settings: EvalSettings, seed: int,
-                 batch_size: int | None, completions=None, extra_suite=None):
+                 batch_size: int | None, completions=None, extra_suite=None, backend: SamplerSettings | None = None):
         import os
 
         per_call = settings.batch_size if settings.batch_size is not None else batch_size  # eval.batch_size first
         self.args = (tokenizer, suite, prompts, columns, settings.n, sampling_params(settings, seed, per_call))
         self.options = {"pass_threshold": settings.pass_threshold, "extra_suite": extra_suite,
-                        "sampling": dataclasses.replace(settings, batch_size=per_call).as_dict()}
+                        "sampling": dataclasses.replace(settings, batch_size=per_call).as_dict(), "backend": backend}
         self.completions = completions
         self.main = os.environ.get("RANK", "0") == "0"
         self.said: set[str] = set()  # the rewards whose eval failures the console was told of
@@ -168,7 +171,7 @@ def stage_evaluation(cfg, rows: list[dict], tokenizer, suite, defaults: EvalSett
     prompts = [r["prompt"] for r in rows]
     columns = {k: [r.get(k) for r in rows] for k in rows[0] if k not in skip_columns}
     return evaluation(tokenizer, suite, prompts, columns, eval_sampling(cfg, defaults), cfg.train.seed, batch_size,
-                      completions, extra_suite)
+                      completions, extra_suite, SamplerSettings.from_config(cfg))
 
 
 def eval_set(prompts: list, reward_names: list[str], sampling: dict | None = None) -> str:

@@ -150,6 +150,7 @@ def sample(model, tokenizer, prompts: Sequence[Any], n: int, params: SamplingPar
 
     The model is put in eval mode (no dropout) while sampling and returned to its previous mode. Pass the
     unwrapped model (not a DDP wrapper). With `params.seed` the same prompts and settings draw the same tokens.
+    `progress(done, total)`, when given, is called after each generate call with the completions drawn so far.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")

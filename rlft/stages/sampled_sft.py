@@ -107,6 +107,9 @@ class RoundSampler:
         self.tokenizer, self.suite, self.ctx, self.log, self._say = tokenizer, suite, ctx, log, say
         self.step = 0  # reward_logs.jsonl rows of a round's sampling carry the step it starts at
         self.prompts_by_rank: list[int] = []  # prompts each process sampled in the last round
+        from rlft.rollout.sampler import SamplerSettings, make_sampler
+
+        self.engine = make_sampler(SamplerSettings.from_config(cfg), tokenizer)  # sampling.backend
 
     def _params(self, seed: int | None):
         from rlft.rollout import SamplingParams
@@ -183,12 +186,11 @@ class RoundSampler:
                      score: bool = True):
         """One generate call over prompts start... and their scores: (rows, unscored count, what the rewards
         printed); None when `score` is False (drawn only to keep sharded ranks in step)."""
-        from rlft.rollout import sample
         from rlft.rollout import score as score_rollouts
 
         idx = list(range(start, min(start + per_call, len(prompts))))
-        rollouts = sample(model, self.tokenizer, [prompts[i] for i in idx], self.n, self._params(seed0 + start),
-                          prompt_ids=idx)
+        self.engine.sync(model)  # this round's policy reaches the engine (pushed once: later calls find it there)
+        rollouts = self.engine.sample([prompts[i] for i in idx], self._params(seed0 + start), self.n, prompt_ids=idx)
         if not score:
             return None
         scores = score_rollouts(rollouts, self.suite, {k: [v[i] for i in idx] for k, v in columns.items()},
@@ -383,12 +385,13 @@ class SampledSFT(Stage):
         With a step, each prompt's first sample goes to completions.jsonl as an `eval-<i>` row."""
         from rlft.config.eval_sampling import EvalSettings, eval_sampling
         from rlft.rollout import evaluation
+        from rlft.rollout.sampler import SamplerSettings
 
         s = self.section
         defaults = EvalSettings(n=self.n, max_new_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p)
         return evaluation(self.tokenizer, self.suite, prompts, columns, eval_sampling(self.cfg, defaults),
                           self.cfg.train.seed, s.generation_batch_size, self.ctx.run.eval_completions,
-                          self.eval_suite)(model, step)
+                          self.eval_suite, SamplerSettings.from_config(self.cfg))(model, step)
 
     # -- training --------------------------------------------------------------------------------
     def _load_adapter(self, model, folder: Path):

@@ -14,7 +14,8 @@ from torch import Tensor
 from rlft.algos import (
     ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LossSettings, behaviour_weights, discounted_returns, entropy_from_logits,
     explained_variance, grpo_policy_loss, group_advantages, kl_sample_train, loss_settings, masked_mean,
-    masked_moments, masked_var, ppo_loss, return_scale, shape_rewards, value_bias_from_returns,
+    masked_moments, masked_var, ppo_loss, return_scale, shape_rewards, tis_metrics, tis_weights,
+    value_bias_from_returns,
 )
 
 if TYPE_CHECKING:
@@ -48,7 +49,9 @@ def learner_logps(t, batch: PPOBatch):
     logp, values, logits, logp_BTV = t._forward(t.model, batch)
     behaviour = batch.logp_behaviour_BT
     if behaviour is None:
-        return logp, values, logits, logp_BTV, None
+        cap = _tis_cap(t)  # sampling.tis_cap: the sampler's own log-probs, truncated importance weights
+        return logp, values, logits, logp_BTV, None if cap is None else \
+            tis_weights(logp, batch.logp_sampler_BT, batch.mask_BT, cap)
     w = behaviour_weights(logp, behaviour, batch.mask_BT)
     t.collector.async_metrics["async/behaviour_weight_mean"] = t._mean(masked_mean(w, batch.mask_BT))
     return logp, values, logits, logp_BTV, w
@@ -65,10 +68,20 @@ def reference_logps(t, batch: PPOBatch):
     return None  # full fine-tuning with no reference checkpoint: no KL penalty
 
 
+def _tis_cap(t) -> float | None:
+    sampling = getattr(t.cfg, "sampling", None)
+    return getattr(sampling, "tis_cap", None)
+
+
 def sample_train_kl(t, batch: PPOBatch, logp_learner_BT: Tensor, mask_BT: Tensor) -> dict:
-    """kl_sample_train_v1/v2 between the policy that sampled the batch and the learner now."""
+    """kl_sample_train_v1/v2 between the policy that sampled the batch and the learner now (with sampling.tis_cap on
+    a batch the learner's sampler drew: tis/weight_mean and tis/frac_capped too)."""
     sampler = batch.logp_behaviour_BT if batch.logp_behaviour_BT is not None else batch.logp_sampler_BT
-    return {k: t._mean(v) for k, v in kl_sample_train(sampler, logp_learner_BT, mask_BT).items()}
+    out = {k: t._mean(v) for k, v in kl_sample_train(sampler, logp_learner_BT, mask_BT).items()}
+    cap = _tis_cap(t)
+    if cap is not None and batch.logp_behaviour_BT is None:
+        out.update({k: t._mean(v) for k, v in tis_metrics(logp_learner_BT, sampler, mask_BT, cap).items()})
+    return out
 
 
 def mask_truncated(t, batch: PPOBatch) -> dict:
@@ -118,7 +131,7 @@ def gae_advantages(t, batch: PPOBatch, update: int, reward_metrics: dict,
     adv_BT, returns_BT = ADVANTAGE_ESTIMATORS.get(t.algorithm.estimator)(
         rewards_BT=rewards_BT, values_BT=values_old * mask, mask_BT=mask, gamma=p.gamma, lam=p.lam,
         norm=p.advantage_norm, **whole_batch)
-    if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
+    if weights_BT is not None:  # a stale batch or TIS: the sampler's gap to the learner as an importance weight
         adv_BT = adv_BT * weights_BT
     batch.logp_old_BT, batch.values_old_BT = logp_old, values_old * mask
     batch.advantages_BT, batch.returns_BT = adv_BT, returns_BT
@@ -204,7 +217,7 @@ def episode_return_advantages(t, batch: PPOBatch, update: int, reward_metrics: d
             kl_BT = KL_ESTIMATORS.get(t.algorithm.kl_estimator)(logp_old, logp_ref, logp_old_BTV, logp_ref_BTV)
             adv_BT = adv_BT - t.kl_ctl.value * kl_BT * mask
             kl_policy_ref = masked_mean(logp_old - logp_ref, mask)
-    if weights_BT is not None:  # a stale batch: the sampler's gap to the learner as an importance weight
+    if weights_BT is not None:  # a stale batch or TIS: the sampler's gap to the learner as an importance weight
         adv_BT = adv_BT * weights_BT
     zeros = torch.zeros_like(logp_old)
     batch.logp_old_BT, batch.values_old_BT, batch.advantages_BT, batch.returns_BT = logp_old, zeros, adv_BT, zeros

@@ -14,6 +14,7 @@ from torch import Tensor
 from rlft import progress as shown
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
+from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
@@ -61,6 +62,8 @@ class RolloutCollector:
         self.async_metrics: dict = {}
         self.dynamic_said = False  # the dynamic-sampling shortfall warning, once a run
         self.label = "sampling"  # what the progress display calls this collection (the update, once known)
+        # the learner's sampler (sampling.backend); the async sampler's copy of the policy samples with generate
+        self.sampler = make_sampler(SamplerSettings.from_config(cfg), tokenizer)
 
     def mean(self, x) -> float:
         return mean_over_processes(self.accelerator, x)
@@ -103,7 +106,7 @@ class RolloutCollector:
             eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
                                params or self.params(), cfg.env.max_episode_length, cfg.train.max_seq_length,
                                prompt_ids=[row.get("prompt_id", row.get("task_id", i)) for i, row in enumerate(rows)],
-                               progress=bar.callback())
+                               sampler=self.engine_for(policy), progress=bar.callback())
         return self.episodes_batch(eps, tok)
 
     def episodes_batch(self, eps: list, tok) -> PPOBatch:
@@ -126,9 +129,11 @@ class RolloutCollector:
             return self.sample_episodes(rows, sampler)
         device = self.accelerator.device
         policy, tok, _ = sampler or (self._policy(), self.tokenizer, None)
+        engine, prompts = self.engine_for(policy), [row["prompt"] for row in rows]
+        ids = [row.get("prompt_id", i) for i, row in enumerate(rows)]
         with shown.task(self.label, total=len(rows), unit="completions") as bar:  # the main thread's only
-            r = sample(policy, tok, [row["prompt"] for row in rows], 1, self.params(),
-                       prompt_ids=[row.get("prompt_id", i) for i, row in enumerate(rows)], progress=bar.callback())
+            r = sample(policy, tok, prompts, 1, self.params(), prompt_ids=ids, progress=bar.callback()) \
+                if engine is None else engine.sample(prompts, self.params(), 1, prompt_ids=ids, progress=bar.callback())
         prompt_ids, prompt_mask = r.prompt_ids_BP.to(device), r.prompt_mask_BP.to(device)
         completion_ids = r.completion_ids_BT.to(device)
         attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)
@@ -137,6 +142,14 @@ class RolloutCollector:
                         position_ids_BL=position_ids, prompt_len=prompt_ids.shape[1],
                         mask_BT=r.completion_mask_BT.to(device).float(), logp_sampler_BT=r.logprobs_BT.to(device),
                         rollouts=r)
+
+    def engine_for(self, policy):
+        """The learner's sampler synced to `policy` (its weights pushed when they changed since the last sampling);
+        None for the async sampler's copy, which samples with generate itself."""
+        if policy is not self._policy():
+            return None
+        self.sampler.sync(policy)
+        return self.sampler
 
     # --- one update's batch ----------------------------------------------------------------------
     @torch.no_grad()

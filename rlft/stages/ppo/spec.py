@@ -220,7 +220,7 @@ SPEC = StageSpec(
              "frac_steps_undone", *ONLINE_METRICS, *TRAIN_METRICS),
     console=("reward", "value_loss", "kl_policy_ref", "entropy", "clipfrac"),
     health_rules=(*BASE_HEALTH, "kl_policy_ref", "entropy_collapse", "truncated", "all_masked_truncated",
-                  "all_steps_undone"),
+                  "all_steps_undone", "sampler_learner_mismatch"),
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     total_steps=total_updates, steps_per_generation=lambda cfg: 1,  # one rollout per update
     checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
