@@ -251,3 +251,62 @@ def test_report_and_help_import_no_heavy_library(tmp_path):
         line = next(x for x in proc.stdout.splitlines() if x.startswith("MODULES"))
         loaded = {m.partition(".")[0] for m in line.split()[1:]}
         assert not loaded & banned, (args, sorted(loaded & banned))
+
+
+# ---- the eval curve with its spread, the side-by-side ----------------------------------------------------------
+def _add_eval(run: Path, std: bool) -> None:
+    rows = [{"step": s, "eval_reward": 0.1 * s, "eval_pass_at_k": 0.05 * s,
+             **({"eval_prompt_std": 0.02 * s} if std else {})} for s in (10, 20)]
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write("\n" + "".join(json.dumps(r) + "\n" for r in rows))
+    summary = json.loads((run / "summary.json").read_text())
+    summary["eval"] = {"start": {"reward_mean": 0.01, "prompt_std": 0.005 if std else None, "pass_at_k": 0.0, "k": 4},
+                       "end": {"reward_mean": 0.9, "prompt_std": 0.03 if std else None, "pass_at_k": 1.0, "k": 4}}
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_eval_points_read_summary_and_rows(tmp_path):
+    from rlft.monitor.report.compare import eval_k, eval_points
+
+    run = make_grpo_run(tmp_path / "r", steps=30)
+    _add_eval(run, std=True)
+    loaded = load_run(run)
+    pts = eval_points(loaded)
+    assert [(p.step, p.mean, p.std, p.pass_at_k) for p in pts] == [
+        (0, 0.01, 0.005, 0.0), (10, 1.0, 0.2, 0.5), (20, 2.0, 0.4, 1.0), (30, 0.9, 0.03, 1.0)]
+    assert eval_k(loaded) == 4
+
+
+@pytest.mark.parametrize("std", [True, False])
+def test_eval_spread_graph_only_where_eval_rows_carry_std(tmp_path, std):
+    pytest.importorskip("matplotlib")
+    run = make_grpo_run(tmp_path / "r", steps=30)
+    _add_eval(run, std=std)
+    res = build_report([run], tmp_path / "out")
+    page = res.index.read_text()
+    assert ("id='graph-eval_spread'" in page) is std
+    assert (tmp_path / "out" / "graphs" / "eval_spread.png").is_file() is std
+    if std:
+        assert "pass@4" in page.split("id='graph-eval_spread'", 1)[1].split("</figure>", 1)[0]
+    assert "id=comparison" not in page  # one run: no side-by-side
+
+
+def test_two_runs_get_a_side_by_side(tmp_path):
+    pytest.importorskip("matplotlib")
+    a = make_grpo_run(tmp_path / "a" / "run", steps=20)
+    b = make_grpo_run(tmp_path / "b" / "run", steps=20)
+    for run, lr, extra in ((a, "1.0e-05", ""), (b, "3.0e-05", "  seed: 3\n")):
+        (run / "config.yaml").write_text(f"stage: grpo   # a comment\ntrain:\n  learning_rate: {lr}\n{extra}"
+                                         f"  output_dir: {run}\ngrpo:\n  group_size: 4\n")
+    _add_eval(a, std=True)
+    res = build_report([a, b], tmp_path / "cmp")
+    page = res.index.read_text()
+    diff = re.search(r"<table id=config-diff>(.*?)</table>", page, re.S)[1]
+    keys = re.findall(r"<tr><td>([^<]+)</td>", diff)
+    assert keys == ["train.learning_rate", "train.seed"], diff  # output_dir differs by construction: left out
+    assert "<td class=num>(absent)</td><td class=num>3</td>" in diff
+    finals = re.search(r"<table id=final-numbers>(.*?)</table>", page, re.S)[1]
+    assert "0.9 ± 0.03" in finals and "1 (k=4)" in finals
+    comparison = page.split("<h2>Comparison</h2>", 1)[1].split("<h2>", 1)[0]
+    for slug in ("total_reward_mean", "kl_to_the_reference", "loss", "eval_spread"):
+        assert f"id='graph-{slug}'" in comparison, slug

@@ -10,8 +10,11 @@ import typer
 from rlft.commands.common import err, exits
 
 
-def report(runs: List[Path] = typer.Argument(..., help="Run folder(s), or jsonl files of completion rows (as `rlft "
-                                                    "rewards try` writes); several are overlaid on the same graphs."),
+RUNS_HELP = ("Run folder(s), or jsonl files of completion rows (as `rlft rewards try` writes); several are overlaid "
+             "on the same graphs, with a side-by-side of their final numbers and the config keys that differ.")
+
+
+def report(runs: List[Path] = typer.Argument(..., help=RUNS_HELP),
            out: Optional[Path] = typer.Option(None, "--out", "-o",
                                               help="Output folder: new, empty, or a report rlft wrote before "
                                                    "(default: report/ in the first run's folder)."),

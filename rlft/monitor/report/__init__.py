@@ -78,6 +78,20 @@ def pipeline_graph(runs: list[RunData]):
                  ["eval_reward"], why, render_curve(curves))
 
 
+def arrange_comparison(graphs: list, runs: list[RunData], compare: bool) -> None:
+    """Add the eval curve with its spread where an eval logged one; for a side-by-side of runs, move the curves
+    every run logged (reward, eval reward, KL, loss) and that eval curve to the Comparison section, first."""
+    from rlft.monitor.report.compare import eval_spread_graph, has_spread, shared_keys
+
+    if has_spread(runs):
+        graphs.append(eval_spread_graph(runs, "Comparison" if compare else "Evaluation"))
+    if compare:
+        shared = shared_keys(runs)
+        for g in graphs:
+            if g.series and g.series[0] in shared:
+                g.section = "Comparison"
+
+
 def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_TEXT_CHARS,
                  force: bool = False) -> ReportResult:
     """Write `<out_dir>/index.html` and `<out_dir>/graphs/*.png` for the runs at `paths` (overlaid).
@@ -111,6 +125,8 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
         render(graphs, runs)
         if pipeline:
             graphs.insert(0, pipeline_graph(runs))
+        compare = len(runs) > 1 and not pipeline
+        arrange_comparison(graphs, runs, compare)
     except ImportError:  # the page still has completions and logs; say how to get the graphs
         note = "matplotlib is not installed: no graphs (pip install matplotlib)"
         graphs = []
@@ -130,7 +146,7 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
         if g.png:
             (img_dir / f"{g.slug}.png").write_bytes(g.png)
             drawn.append(f"{g.slug}.png")
-    page = build_html(runs, graphs, "graphs")
+    page = build_html(runs, graphs, "graphs", compare=len(runs) > 1 and not pipeline)
     index.write_text(page, encoding="utf-8")
     marker = read_marker(out)
     if marker is not None and marker["kind"] == REPORT_KIND:  # what the next report may replace here

@@ -11,7 +11,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-SECTIONS = ("Pipeline", "Rewards", "Training", "Stage", "Evaluation", "Other metrics")  # Pipeline: report/pipeline.py
+# Comparison: report/compare.py; Pipeline: report/pipeline.py
+SECTIONS = ("Comparison", "Pipeline", "Rewards", "Training", "Stage", "Evaluation", "Other metrics")
 NOT_PLOTTED = {"step", "epoch", "time", "stage", "reward_version", "total_flos", "train_runtime"}
 HEALTH_STYLE = {"warning": ("#e0a000", "v"), "critical": ("#d62728", "v"), "rollback": ("#9467bd", "^")}
 

@@ -136,6 +136,43 @@ def _summary_rows(runs: list[RunData]) -> str:
             "<th class=num>health events</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
+def _comparison_html(runs: list[RunData]) -> str:
+    """The side-by-side of several runs: final numbers in one table, then the config keys whose values differ."""
+    from rlft.monitor.report.compare import config_diff, final_numbers
+
+    finals = [final_numbers(r) for r in runs]
+    head = "".join(f"<th class=num>{_e(r.name)}</th>" for r in runs)
+
+    def row(label, cells):
+        return f"<tr><td>{_e(label)}</td>" + "".join(f"<td class=num>{_e(c)}</td>" for c in cells) + "</tr>"
+
+    def pm(f):
+        return "–" if f["eval_end"] is None else _fmt(f["eval_end"]) + (
+            f" ± {_fmt(f['eval_end_std'])}" if f["eval_end_std"] is not None else "")
+
+    rows = [row("steps", [_fmt(f["steps"]) for f in finals]),
+            row("last training reward", [_fmt(f["reward"]) for f in finals]),
+            row("eval reward start", [_fmt(f["eval_start"]) for f in finals]),
+            row("eval reward end (mean ± std over prompts)", [pm(f) for f in finals]),
+            row("eval pass@k at the end", [_fmt(f["eval_end_pass"]) + (f" (k={f['k']})" if f["k"] else "")
+                                           if f["eval_end_pass"] is not None else "–" for f in finals]),
+            row("last KL to the reference", [_fmt(f["kl_policy_ref"]) for f in finals]),
+            row("last loss", [_fmt(f["loss"]) for f in finals])]
+    diff = config_diff(runs)
+    if diff:
+        diff_rows = "".join(row(k, [_fmt(v) if not isinstance(v, (list, dict)) else json.dumps(v) for v in vals])
+                            for k, vals in diff)
+        diff_html = (f"<table id=config-diff><thead><tr><th>config key</th>{head}</tr></thead><tbody>{diff_rows}"
+                     "</tbody></table>")
+    else:
+        diff_html = ("<p class=muted id=config-diff>The runs' config.yaml files set every key alike (or one is "
+                     "missing).</p>")
+    return ("<h2 id=comparison>Side by side</h2><h3>Final numbers</h3><table id=final-numbers><thead><tr><th></th>"
+            f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f"<h3>Config keys that differ ({len(diff)})</h3>{diff_html}"
+            "<p class=muted>The curves every run logged are overlaid first, under Comparison.</p>")
+
+
 def _health_tables(runs: list[RunData]) -> str:
     parts = []
     for run in runs:
@@ -194,7 +231,7 @@ def _log_stats_html(runs: list[RunData]) -> str:
     return "".join(parts)
 
 
-def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") -> str:
+def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs", compare: bool = False) -> str:
     data = {"runs": []}
     for run in runs:
         comp = completions_data(run)
@@ -230,7 +267,7 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs") ->
 <button data-tab="completions">Completions</button><button data-tab="top">Top &amp; bottom</button></nav></header>
 <main>
 <section class=tab id="tab-graphs">
-<h2>Runs</h2>{_summary_rows(runs)}{skipped_note}
+<h2>Runs</h2>{_summary_rows(runs)}{skipped_note}{_comparison_html(runs) if compare else ''}
 <p class=muted>Markers on the x-axis: ▼ yellow = health warning, ▼ red = critical, ▲ purple = rollback.
 Curves with many points show a faint raw line and its moving average.</p>{version_note}
 {_graphs_html(graphs, image_dir) or "<p class=note>No numeric metrics logged yet.</p>"}
