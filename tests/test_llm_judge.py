@@ -71,12 +71,12 @@ def test_settings_check_names_each_problem_without_network():
              "timeout_s": (0, "timeout_s"), "retries": (1.5, "retries"), "bogus": (1, "unknown kwargs bogus")}
     for key, (value, said) in cases.items():
         problems = check_reward_kwargs("llm_judge", {**good, key: value})
-        assert len(problems) == 1 and said in problems[0], (key, problems)
+        assert len(problems) == 1 and said in problems[0][1], (key, problems)
     both = check_reward_kwargs("llm_judge", {**good, "score": {"min": 0, "max": 10}})
-    assert "set one of kwargs.score" in both[0]
+    assert "set one of kwargs.score" in both[0][1]
     assert "min < max" in check_reward_kwargs("llm_judge", {**{k: v for k, v in good.items() if k != "labels"},
-                                                            "score": {"min": 5, "max": 5}})[0]
-    assert "plain names" in check_reward_kwargs("llm_judge", {**good, "template": "{completion} {0}"})[0]
+                                                            "score": {"min": 5, "max": 5}})[0][1]
+    assert "plain names" in check_reward_kwargs("llm_judge", {**good, "template": "{completion} {0}"})[0][1]
     # the template's other fields are dataset columns, checked against the data like any reward's columns
     assert reward_columns("llm_judge", {**good, "template": "{prompt} {completion} {target} {answer}"}) == \
         ["target", "answer"]

@@ -150,6 +150,7 @@ def test_builtin_registry_lists_all():
         "json_valid",
         "length_penalty",
         "overlong_penalty",
+        "reward_model",
         "char_fraction",
         "math_answer",
         "llm_judge",
