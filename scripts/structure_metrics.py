@@ -403,14 +403,15 @@ def loop_object_functions(modules: dict[str, Module], package: str = "rlft") -> 
 
 
 def collector_parameters(modules: dict[str, Module]) -> dict[str, list[str]]:
-    """The constructor parameters of each *Collector class (self left out)."""
+    """The constructor parameters of each *Collector class (self left out; ": Callable" marks a callable)."""
     out = {}
     for qual, (m, node) in _top_classes(modules).items():
         if node.name.endswith("Collector"):
             for f in node.body:
                 if isinstance(f, ast.FunctionDef) and f.name == "__init__":
                     a = f.args
-                    params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+                    params = [x.arg + (": Callable" if "Callable" in ast.unparse(x.annotation or ast.Constant(""))
+                                       else "") for x in a.posonlyargs + a.args + a.kwonlyargs]
                     out[f"{m.rel}:{node.lineno} {node.name}"] = params[1:]
     return out
 
@@ -531,16 +532,18 @@ def counts(modules: dict[str, Module], rows: list[list[str]]) -> list[tuple[str,
     regs = estimator_registrations(modules)
     parts, overridden = stage_parts(modules)
     spellings = run_file_spellings(modules)
-    most = max(overridden.items(), key=lambda kv: len(kv[1]), default=("", []))
+    top = max((len(v) for v in overridden.values()), default=0)
+    most = ", ".join(k.rsplit(".", 1)[-1] for k, v in overridden.items() if len(v) == top)
     rules = [(label, len(check(modules, rows))) for label, check in RULES.values()]
     return [
         ("functions taking the loop's trainer or collector (t, trainer, c, collector)", len(functions)),
         ("  their private reaches (t._x)", len(reaches)),
-        ("collector constructor parameters", {k.split()[-1]: len(v) for k, v in collectors.items()} or 0),
+        ("collector constructor parameters (callables)",
+         {k.split()[-1]: f"{len(v)} ({sum(p.endswith('Callable') for p in v)})" for k, v in collectors.items()} or 0),
         ("periodic-eval owners", len(periodic_eval_owners(modules))),
         ("registrations per advantage estimator", {k: len(v) for k, v in regs.items()}),
         ("Stage parts (overridable)", len(parts)),
-        ("max parts a stage overrides", f"{len(most[1])} ({most[0].rsplit('.', 1)[-1]})"),
+        ("max parts a stage overrides", f"{top} ({most})"),
         ("modules spelling run-folder file names", len({p for v in spellings.values() for p in v})),
         ("  per name", {k: len(v) for k, v in spellings.items() if v}),
         ("modules reading RANK / WORLD_SIZE", len(rank_readers(modules))),
@@ -551,13 +554,15 @@ def counts(modules: dict[str, Module], rows: list[list[str]]) -> list[tuple[str,
 
 def main(argv: list[str]) -> int:
     modules, rows = load_modules(), layer_table()
-    width = 60
-    for label, value in counts(modules, rows):
+    table = counts(modules, rows)
+    width = max(len(label) for label, _ in table)
+    for label, value in table:
         print(f"{label:<{width}} {value}")
     if "--quiet" in argv:
         return 0
     functions, reaches = loop_object_functions(modules)
     details = {"functions taking the trainer or collector": functions, "private reaches": reaches,
+               "collector parameters": [f"{k}: {', '.join(v)}" for k, v in collector_parameters(modules).items()],
                "periodic-eval owners": periodic_eval_owners(modules),
                "estimator registrations": [f"{k}: {p}" for k, v in estimator_registrations(modules).items() for p in v],
                "stage parts overridden": [f"{k}: {len(v)} {v}" for k, v in stage_parts(modules)[1].items()],
