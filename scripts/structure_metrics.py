@@ -153,13 +153,13 @@ def layer_of(module: str, rows: list[list[str]], package: str = "rlft") -> int |
     return None if best is None else best[1]
 
 
-def unplaced_modules(modules: dict[str, Module], rows: list[list[str]], package: str = "rlft") -> list[str]:
+def unplaced_modules(modules: dict[str, Module], rows: list[list[str]], package: str = "rlft") -> list[Violation]:
     """Modules the layer table does not place (the package's own __init__ aside)."""
     return sorted(Violation(m.rel, "in no row of the layer table") for m in modules.values()
                   if m.name != package and layer_of(m.name, rows, package) is None)
 
 
-def upward_imports(modules: dict[str, Module], rows: list[list[str]], package: str = "rlft") -> list[str]:
+def upward_imports(modules: dict[str, Module], rows: list[list[str]], package: str = "rlft") -> list[Violation]:
     """Imports that go up the layer table (a lower row importing a higher one), lazy imports included."""
     out = []
     for i in imports(modules):
@@ -169,7 +169,7 @@ def upward_imports(modules: dict[str, Module], rows: list[list[str]], package: s
     return out
 
 
-def stage_rules(modules: dict[str, Module], package: str = "rlft") -> list[str]:
+def stage_rules(modules: dict[str, Module], package: str = "rlft") -> list[Violation]:
     """docs/architecture.md's "never" rules for rlft/stages: no stage folder imports another; a spec.py imports
     only config.fields, config.stagespec, config.names (and its own folder, never its runner); stages/common/
     never imports the stages root (rlft.stages, or a module beside the folders)."""
@@ -275,7 +275,8 @@ def class_sizes(modules: dict[str, Module]) -> dict[str, int]:
     return {q: sum(_lines(classes[c][1]) for c in _mro(q, bases)) for q in classes}
 
 
-def big_classes(modules: dict[str, Module], limit: int = MAX_CLASS_LINES) -> list[str]:
+def big_classes(modules: dict[str, Module], limit: int = MAX_CLASS_LINES) -> list[Violation]:
+    """Classes over `limit` lines, their package bases (mixins) counted in."""
     classes = _top_classes(modules)
     out = []
     for qual, size in class_sizes(modules).items():
@@ -302,7 +303,8 @@ def _qualnames(tree: ast.Module) -> dict[ast.AST, str]:
     return names
 
 
-def big_functions(modules: dict[str, Module], limit: int = MAX_FUNCTION_LINES) -> list[str]:
+def big_functions(modules: dict[str, Module], limit: int = MAX_FUNCTION_LINES) -> list[Violation]:
+    """Functions and methods over `limit` lines (a nested function counts in its outer one, and on its own)."""
     out = []
     for m in modules.values():
         qualnames = _qualnames(m.tree)
@@ -326,7 +328,7 @@ def public_definitions(modules: dict[str, Module]) -> dict[str, list[str]]:
     return where
 
 
-def duplicate_names(modules: dict[str, Module], allowed=PROTOCOL_NAMES) -> list[str]:
+def duplicate_names(modules: dict[str, Module], allowed=PROTOCOL_NAMES) -> list[Violation]:
     """Public names defined in two or more modules, outside the plug-in protocol."""
     return [Violation(f"{name}: {', '.join(sorted(paths))}", "defined in each")
             for name, paths in sorted(public_definitions(modules).items()) if len(paths) > 1 and name not in allowed]
@@ -351,7 +353,7 @@ def _strings(m: Module):
 
 
 def string_loads(modules: dict[str, Module], loaders=PLUGIN_LOADERS, tables=PLUGIN_TABLES,
-                 package: str = "rlft") -> list[str]:
+                 package: str = "rlft") -> list[Violation]:
     """Code loaded by name outside the plug-in loaders: importlib.import_module / __import__ calls, and
     "package.module:Name" strings, which hide an import from the import graph."""
     out = []
