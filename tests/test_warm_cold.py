@@ -6,13 +6,14 @@ folder, speeds). What a fork could hide (import-time output, teardown, the hash 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 
 import pytest
 
 from conftest import ROOT, run_cli
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not hasattr(os, "fork"), reason="no warm start without fork")]
 
 GRPO = str(ROOT / "configs" / "examples" / "grpo_demo.yaml")
 PPO = str(ROOT / "configs" / "examples" / "ppo_demo.yaml")
