@@ -82,16 +82,19 @@ _WARM_CLI = WarmCLI()
 atexit.register(_WARM_CLI.close)
 
 
-def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None):
+def run_cli(*args, cwd=ROOT, env=None, timeout=900, faults=None, start=None):
     """Run `rlft ARGS...` in a process of its own, as a user would (with `faults`: see cli_command): forked from
     a warm interpreter where that changes nothing (tests/warm_cli.py), else cold; multi-process runs one at a time
-    (one_launch_at_a_time)."""
+    (one_launch_at_a_time). `start="cold"` always starts a fresh interpreter, `start="warm"` always forks (an
+    error where it cannot): tests/test_warm_cold.py compares the two."""
     full_env = {**os.environ, **(env or {}), **(faults or {})}
     multi = launches_processes(args)
-    if not faults and not multi and _WARM_CLI.usable_for(full_env):
+    if start == "warm" or (start is None and not faults and not multi and _WARM_CLI.usable_for(full_env)):
         res = _WARM_CLI.run(cli_command(), args, cwd, full_env, timeout)
         if res is not None:
             return res
+        if start == "warm":
+            raise RuntimeError("the warm rlft interpreter did not start")
     with one_launch_at_a_time(multi):
         return subprocess.run([*cli_command(faults), *map(str, args)], cwd=cwd, env=full_env,
                               capture_output=True, text=True, timeout=timeout)

@@ -123,7 +123,8 @@ def test_rewards_try_on_a_tower_and_a_loop_ends_within_timeout_s(tmp_path):
     (tmp_path / "c.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "cfg.yaml").write_text("rewards: [{fn: math_answer, kwargs: {mode: lenient}, timeout_s: 5}]\n")
     started = time.monotonic()
-    res = run_cli("rewards", "try", "-c", "cfg.yaml", "--completions", "c.jsonl", "-o", "rewards_try.jsonl", cwd=tmp_path)
+    res = run_cli("rewards", "try", "-c", "cfg.yaml", "--completions", "c.jsonl", "-o", "rewards_try.jsonl",
+                  cwd=tmp_path)
     wall = time.monotonic() - started
     assert res.returncode == 0, res.stderr
     assert wall <= 5 + 10, wall  # timeout_s, plus 10 s for the CLI's start on a busy CPU

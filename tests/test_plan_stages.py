@@ -49,7 +49,7 @@ def test_every_stage_plans_the_datas_lengths_within_its_limits(stage):
 
 
 def test_a_stage_without_a_memory_profile_plans_as_sft(monkeypatch):
-    monkeypatch.setitem(SPECS, "toy", StageSpec(name="toy", section=None, runner=None))
+    monkeypatch.setitem(SPECS, "toy", StageSpec(name="toy", section=None, runner="toy.runner:run"))
     dpo, _, _ = load_config("dpo", "cpu", [], ["model.name_or_path=tiny", "train.per_device_train_batch_size=4",
                                                "train.max_seq_length=64"])
     cfg = dataclasses.replace(dpo, stage="toy")

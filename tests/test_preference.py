@@ -126,7 +126,7 @@ def test_orpo_import_is_silent():
 def test_preference_stages_are_registered_and_orpo_is_experimental():
     from rlft.config.stages import SPECS
 
-    assert SPECS["dpo"].built and SPECS["orpo"].built and SPECS["orpo"].experimental and not SPECS["dpo"].experimental
+    assert SPECS["dpo"].runner and SPECS["orpo"].runner and SPECS["orpo"].experimental and not SPECS["dpo"].experimental
 
 
 @pytest.mark.parametrize("stage", ["dpo", "orpo"])

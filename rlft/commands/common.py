@@ -60,7 +60,7 @@ def print_problems(problems: list[Problem]) -> None:
 # rlft's own errors that end a command with "error: <message>" and this exit code (None: the error's own
 # `exit_code`), as (module, class): looked up among the modules already imported, so checking imports nothing
 USER_ERRORS = (("rlft.errors", "RunError", None), ("rlft.models.weights", "ModelLoadError", 2),
-               ("rlft.stages", "StageNotBuilt", 2), ("rlft.rundir.markers", "FolderRefused", 2),
+               ("rlft.rundir.markers", "FolderRefused", 2),
                ("rlft.monitor.report.load", "ReportInputError", 2), ("rlft.commands.reward_try", "TryError", 2))
 
 

@@ -85,15 +85,10 @@ def _dry_run_train(stage: str, hw: str, config: Optional[List[Path]], overrides:
         raise typer.Exit(2)
     hw = auto_hw(hw)
     cfg, _ = load(stage, hw, config, overrides, for_train=True)
-    from rlft.config.stages import get_spec
     from rlft.launch.dry_run import dry_run
     from rlft.rundir.options import RunOptions
 
     with exits(read_only=True):
-        if get_spec(stage).runner is None:  # `train` refuses a stage that is not built yet (imports no runner)
-            from rlft.stages import get_runner
-
-            get_runner(stage)
         plan = dry_run(cfg, RunOptions(resume=resume, overwrite=overwrite, argv=sys.argv[1:]), hw, sys.argv[1:])
     typer.echo(plan.text, nl=False)
     raise typer.Exit(0)

@@ -95,8 +95,7 @@ def list_profiles() -> None:
         root = configs_dir()
     typer.echo("Stages (--stage):")
     for s in STAGES:
-        tags = [t for t, on in (("experimental", SPECS[s].experimental), ("not built yet", not SPECS[s].built)) if on]
-        tag = f" [{', '.join(tags)}]" if tags else ""
+        tag = " [experimental]" if SPECS[s].experimental else ""
         typer.echo(f"  {s:<9}{first_comment_line(root / 'stages' / f'{s}.yaml')}{tag}")
     typer.echo("Hardware profiles (--hw):")
     for h in HARDWARE:

@@ -100,7 +100,7 @@ class StageSpec:
     """One stage as the rest of rlft reads it (each field's comment says what it is)."""
     name: str                               # `--stage` value and the profile `configs/stages/<name>.yaml`
     section: str | None                     # its config section (`grpo:`), None when it has none
-    runner: str | None                      # "module:function" of `run(cfg, composed, opts)`; None = not built yet
+    runner: str                             # "module:function" of `run(cfg, composed, opts)`
     order: int = 100                        # place among the `--stage` choices (the guide's order)
     section_cls: type | None = None         # the dataclass of its section (defaults, help, ranges)
     section_help: str = ""                  # one line on the section in `show-config --explain`
@@ -133,10 +133,6 @@ class StageSpec:
     report_note: str | None = None          # the report's completions tab when the stage samples nothing
     # what one of `world` devices holds (rlft plan), for the data's lengths (`DataLengths`) or None: the limits
     memory: Callable[[Any, int, "DataLengths | None"], "MemoryProfile"] | None = None
-
-    @property
-    def built(self) -> bool:
-        return self.runner is not None
 
     def modeled(self) -> dict[str, str]:
         return dict(self.trl_modeled)

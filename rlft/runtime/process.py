@@ -24,6 +24,8 @@ def quiet_libraries(verbose: bool) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    if "datasets" in sys.modules:  # imported already (rlft called in-process): too late for the variable above
+        sys.modules["datasets"].disable_progress_bars()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for name in ("transformers", "trl", "peft", "datasets", "accelerate", "torch", "vllm"):
         logging.getLogger(name).setLevel(logging.ERROR)

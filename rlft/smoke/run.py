@@ -255,15 +255,11 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
     from rlft.launch.processes import preflight
     from rlft.rundir.options import RunOptions
     from rlft.smoke.interrupt import stop_at_first_checkpoint
-    from rlft.stages import StageNotBuilt, get_runner
+    from rlft.stages import get_runner
 
     t0 = time.monotonic()
     spec = get_spec(stage)
-    try:
-        runner = get_runner(stage)
-    except StageNotBuilt as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    runner = get_runner(stage)
     try:
         choice = choose_model(cfg0.model.name_or_path)
     except ConfigJsonError as exc:  # the real run would fail on it too: one line, nothing built or run
