@@ -177,7 +177,8 @@ def test_ppo_with_vllm_resumes_in_sync(tmp_path, tiny_path):
 @pytest.mark.e2e
 def test_rewards_try_samples_with_vllm(tmp_path, tiny_path):
     res = run_cli("rewards", "try", "--stage", "ppo", "-c", str(ROOT / PPO_DEMO), f"model.name_or_path={tiny_path}",
-                  "--sample", "2", "--max-prompts", "3", "sampling.backend=vllm", "-o", "rewards_try.jsonl", cwd=tmp_path)
+                  "--sample", "2", "--max-prompts", "3", "sampling.backend=vllm", "-o", "rewards_try.jsonl",
+                  cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_jsonl(tmp_path / "rewards_try.jsonl")
     assert [r["prompt_id"] for r in rows] == [0, 0, 1, 1, 2, 2] and all(r["total"] is not None for r in rows)
