@@ -1,4 +1,5 @@
-"""Recipe parts two or more stages share (a stage folder never imports another): prompt_data.py (prompts and
+"""Recipe parts two or more stages share (a stage folder never imports another): sampled_sft.py (RS-SFT and AWR:
+sampling rounds and their parts of the run lifecycle), preference_eval.py (DPO and ORPO: eval.start / eval.end), prompt_data.py (prompts and
 rewards checked before the run folder), preference.py (DPO and ORPO: data, lengths and their parts of the run
 lifecycle), rounds.py and samples_log.py (RS-SFT/AWR rounds of scored samples),
 episode_setup.py (PPO and episode GRPO's environment and value-head policy), loop_stage.py (their parts of

@@ -90,7 +90,7 @@ class PreferenceStage(Stage):
     """DPO's and ORPO's parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): data, TRL settings,
     rewards and their columns checked (before the run folder) -> model + tokenizer (+ reference) -> run folder ->
     TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end (with `rewards:` or data.eval; see
-    rlft.stages.preference_eval). `trl_config(cfg, output_dir, composed)` builds the stage's TRL config;
+    rlft.stages.common.preference_eval). `trl_config(cfg, output_dir, composed)` builds the stage's TRL config;
     `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)` its trainer, with `ref` from
     `load_reference(cfg)` or None."""
 
@@ -99,7 +99,7 @@ class PreferenceStage(Stage):
         self.trl_config, self.make_trainer, self.load_reference = trl_config, make_trainer, load_reference
 
     def check_inputs(self) -> None:
-        from rlft.stages.preference_eval import PreferenceEval
+        from rlft.stages.common.preference_eval import PreferenceEval
 
         cfg = self.cfg
         self.train_ds, self.eval_ds = load_preference_data(cfg)  # fix the data, rerun as is
