@@ -154,7 +154,8 @@ def test_an_evaluation_may_keep_its_own_rule_for_the_end_eval(capsys):
 
     interrupted_at_the_end = Loop(130, True)
     assert run_stage(interrupted_at_the_end) == 130
-    assert interrupted_at_the_end.calls[-1] == ("evaluate", "policy", 7) and interrupted_at_the_end.rule.ended_calls == 0
+    assert interrupted_at_the_end.calls[-1] == ("evaluate", "policy", 7)
+    assert interrupted_at_the_end.rule.ended_calls == 0
     assert list(interrupted_at_the_end.ctx.eval) == ["start", "end"] and capsys.readouterr().err == ""
     stopped_early = Loop(0, False)
     assert run_stage(stopped_early) == 0

@@ -43,15 +43,15 @@ def load_scorer(cfg: RlftConfig):
 
     from rlft.config.load_plan import load_plan
     from rlft.models.loading import _load_failure, model_path
+    from rlft.models.weights import pretrained
 
     plan = load_plan(cfg)
     set_seed(cfg.train.seed)
     import torch
 
-    try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            model_path(plan.name, plan.tiny_init_std), num_labels=1, dtype=getattr(torch, plan.dtype),
-            trust_remote_code=plan.trust_remote_code)
+    try:  # damaged weights files: one line naming the file
+        return pretrained(AutoModelForSequenceClassification, model_path(plan.name, plan.tiny_init_std), num_labels=1,
+                          dtype=getattr(torch, plan.dtype), trust_remote_code=plan.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise _load_failure(plan.name, exc) from None
 
