@@ -95,9 +95,9 @@ class CallEvaluator(Evaluation):
 
 
 class Stage:
-    """A stage's parts, called by `run_stage` in the lifecycle's order: `model` and `trainer` are the parts every
-    stage writes; `inputs` and `evaluator` default to a stage with no data of its own and no evaluation, `resume`
-    to resuming from the newest whole checkpoint."""
+    """A stage's parts, called by `run_stage` in the lifecycle's order: `trainer` is the part every stage writes;
+    `inputs` and `evaluator` default to a stage with no data of its own and no evaluation, `model` to the policy of
+    the inputs' load plan, `resume` to resuming from the newest whole checkpoint."""
 
     # PER_CHECKPOINT: --resume continues from the run's newest whole checkpoint (RunContext picks it when the folder
     # opens). PER_ROUND: the trainer is a loop of rounds (`train_rounds(ctx) -> exit code`) that resumes each round
@@ -112,8 +112,11 @@ class Stage:
         return StageInputs()
 
     def model(self, inputs: StageInputs):
-        """The model(s) the trainer trains, loaded (the run folder does not exist yet)."""
-        raise NotImplementedError
+        """The model(s) the trainer trains, loaded (the run folder does not exist yet): by default the policy of the
+        inputs' load plan (`model.name_or_path`, `tiny` built on demand, or the `model.init_from` run's weights)."""
+        from rlft.models.loading import policy
+
+        return policy(inputs.plan)
 
     def trainer(self, ctx: RunContext, model, inputs: StageInputs):
         """The trainer, its checkpoints in `ctx.run.checkpoints`, with `ctx.callbacks`."""

@@ -15,7 +15,8 @@ MAX_NEW_TOKENS = 64
 
 
 class PlainStage(Stage):
-    """A stage's parts with the shared inputs, policy and evaluation: subclasses write `trainer`."""
+    """A stage's parts with the shared inputs and evaluation (the policy is `Stage.model`'s): subclasses write
+    `trainer`."""
 
     def inputs(self) -> StageInputs:
         """The tokenizer, then the rewards and the evaluation prompts (with the columns the rewards read) as chat
@@ -38,12 +39,6 @@ class PlainStage(Stage):
         check_reward_columns(source, inputs.suite, f"data.{key}")
         inputs.eval_rows = prompts_as_chat(cfg, source, inputs.tokenizer)[0].to_list()
         return inputs
-
-    def model(self, inputs: StageInputs):
-        """The policy: `model.name_or_path` (`tiny` built on demand), or the `model.init_from` run's weights."""
-        from rlft.models.loading import policy
-
-        return policy(inputs.plan)
 
     def evaluator(self, ctx, trainer, inputs: StageInputs) -> CallEvaluator | None:
         """Fresh samples of the evaluation prompts, through the chat template as the sampling stages render them."""

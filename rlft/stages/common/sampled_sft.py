@@ -219,11 +219,6 @@ class SampledSFT(Stage):
         inputs.suite.capture_logs(self.cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
         return inputs
 
-    def model(self, inputs: StageInputs):
-        from rlft.models.loading import policy
-
-        return policy(inputs.plan)
-
     def trainer(self, ctx, model, inputs: StageInputs) -> "Rounds":
         return Rounds(self, ctx, model, inputs)
 
