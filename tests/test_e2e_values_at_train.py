@@ -34,10 +34,16 @@ def damaged_model(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("stage", ["grpo", "ppo", "dpo", "orpo", "rs_sft", "awr"])
-def test_damaged_weights_are_one_line_naming_the_file_and_leave_no_run_folder(stage, damaged_model, tmp_path):
+STAGE_CONFIGS = [("grpo", "grpo_demo"), ("grpo", "tool_use_grpo"), ("ppo", "ppo_demo"), ("dpo", "dpo_demo"),
+                 ("orpo", "orpo_demo"), ("rs_sft", "rs_sft_demo"), ("awr", "awr_demo"), ("rm", "rm_demo")]
+
+
+@pytest.mark.parametrize("stage,config", STAGE_CONFIGS, ids=[c for _, c in STAGE_CONFIGS])
+def test_damaged_weights_are_one_line_naming_the_file_and_leave_no_run_folder(stage, config, damaged_model, tmp_path):
+    """Every stage (tool_use_grpo: GRPO over episodes) loads its model before the run folder is created: a model
+    that fails to load is one line, exit 2, and no folder."""
     out = tmp_path / "run"
-    res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", ROOT / "configs" / "examples" / f"{stage}_demo.yaml",
+    res = run_cli("train", "--stage", stage, "--hw", "cpu", "-c", ROOT / "configs" / "examples" / f"{config}.yaml",
                   f"model.name_or_path={damaged_model}", f"train.output_dir={out}", "train.max_steps=1",
                   cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]

@@ -150,7 +150,7 @@ def test_the_preference_budget_is_eval_max_new_tokens_when_set():
 
 def test_a_preference_eval_samples_with_eval_max_new_tokens():
     from rlft.rollout.evaluate import sampling_params
-    from rlft.stages.preference_eval import SAMPLES_PER_PROMPT, PreferenceEval
+    from rlft.stages.common.preference_eval import SAMPLES_PER_PROMPT, PreferenceEval
 
     c = preference_cfg(5)
     pe = PreferenceEval(c, suite=None, source=None)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import ROOT, run_cli
-from rlft.stages.preference_eval import last_logged
+from rlft.stages.common.preference_eval import last_logged
 
 EXAMPLES = ROOT / "configs" / "examples"
 ONE_LETTER = "rewards=[{fn: char_fraction, kwargs: {char: a}}]"  # the pairs carry no `target` column: one letter

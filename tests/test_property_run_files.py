@@ -243,7 +243,7 @@ def test_samples_log_rows_that_do_not_fit_are_skipped(tmp_path_factory, kind, se
                                                               "round_steps": {"1": 3, "2": 4}})))
 def test_rounds_json_is_either_whole_or_named(state):
     """rounds.json: `rounds_state_problem` names what is wrong, or the state's parts are what the stage reads."""
-    from rlft.stages.sampled_sft import rounds_state_problem
+    from rlft.runtime.rounds_state import rounds_state_problem
 
     problem = rounds_state_problem(state)
     if problem is None:

@@ -73,7 +73,7 @@ def test_sft_config_for_sampled_stages(tmp_path):
     pytest.importorskip("trl")
     from rlft.config import ConfigError, load_config
     from rlft.errors import RunError
-    from rlft.stages.sampled_sft import sft_trl_config
+    from rlft.stages.common.sampled_sft import sft_trl_config
 
     cfg, composed, _ = load_config("awr", "cpu", [], ["train.max_seq_length=300", "trl.neftune_noise_alpha=5"])
     args = sft_trl_config(cfg, str(tmp_path), composed)

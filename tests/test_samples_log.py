@@ -59,7 +59,7 @@ def test_damaged_rows_drop_like_a_cut_line(tmp_path):
 
 
 def test_rounds_state_problem_names_what_is_wrong():
-    from rlft.stages.sampled_sft import rounds_state_problem
+    from rlft.runtime.rounds_state import rounds_state_problem
 
     assert rounds_state_problem({}) is None
     assert rounds_state_problem({"eval_start": {"reward_mean": 0.1}, "round_steps": {"1": 3, "2": 0}}) is None

@@ -143,8 +143,8 @@ PREFERENCE: dict[str, Doc] = {
     "num_tokens": ("TRL: tokens trained on so far (prompt and answer, padding excluded, all processes)", TOKENS),
 }
 
-# RS-SFT and AWR rounds (rlft/stages/common/rounds.py, rlft/stages/sampled_sft.py); the round's values ride along every
-# row of its training
+# RS-SFT and AWR rounds (rlft/stages/common/rounds.py, rlft/stages/common/sampled_sft.py); the round's values ride
+# along every row of its training
 ROUNDS: dict[str, Doc] = {
     "round": ("the sample-then-train round the row belongs to, counted from 1", INDEX),
     "num_sampled": ("completions sampled this round (`num_samples_per_prompt` per prompt)", COUNT),

@@ -1,6 +1,6 @@
 """The length limits of the preference stages (DPO, ORPO) in one place. Config knowledge, standard library only:
 `validate-config` checks and derives with it, `show-config --explain` states it, and the preference eval
-(rlft.stages.preference_eval) samples with it.
+(rlft.stages.common.preference_eval) samples with it.
 
 - The effective max_length (prompt + answer) is `<stage>.max_length` capped by `train.max_seq_length`.
 - `<stage>.max_prompt_length` must leave room for an answer inside it. Set by the user, a value at or above the

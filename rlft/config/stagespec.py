@@ -32,7 +32,8 @@ PREFERENCE_METRICS = ("loss", "rewards/chosen", "rewards/rejected", "rewards/acc
 # reward_version from monitor.reward_hot_reload (rlft/rewards/reload.py)
 ONLINE_METRICS = ("frac_unscored", "frac_truncated", "reward_version", "generation", "reused_generation", "step_time")
 PREFERENCE_COLUMNS = ("data.prompt_column", "data.chosen_column", "data.rejected_column")
-# RS-SFT / AWR: each round's samples (stages/common/rounds.py, stages/{rs_sft,awr}/decide.py, stages/sampled_sft.py)
+# RS-SFT / AWR: each round's samples (stages/common/rounds.py, stages/{rs_sft,awr}/decide.py,
+# stages/common/sampled_sft.py)
 SAMPLED_SFT_METRICS = ("round", "num_sampled", "sampled_reward_mean", "sampled_reward_std", "frac_unscored",
                        "frac_truncated", "sampling/prompts_per_rank")
 SFT_TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"   # RS-SFT / AWR train with TRL's SFT config

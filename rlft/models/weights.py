@@ -72,8 +72,14 @@ def pretrained_causal_lm(path: str, dtype, trust_remote_code: bool = False):
     damaged is one ModelLoadError naming the file."""
     from transformers import AutoModelForCausalLM
 
+    return pretrained(AutoModelForCausalLM, path, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def pretrained(auto_class, path: str, **kwargs):
+    """`auto_class.from_pretrained(path, **kwargs)`; a folder whose weights files are damaged is one ModelLoadError
+    naming the file."""
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code)
+        return auto_class.from_pretrained(path, **kwargs)
     except Exception as exc:
         damaged = _damaged(path, exc)
         if damaged is None:

@@ -1,9 +1,9 @@
 """The run lifecycle every stage shares (rlft.runtime.lifecycle orders a stage's parts around it):
-`with RunContext(cfg, composed, opts) as ctx:` sets the process up and
-checks the run folder; `ctx.open_run()` (or the first use of `ctx.run`) creates or reopens it once data and
-model have loaded, and carries out the resume plan; `ctx.train(trainer, tokenizer)` trains to the end and saves
-the final model; leaving the block writes summary.json and releases the folder. Each job's details are in the
-modules beside this one."""
+`with RunContext(cfg, composed, opts, resume=PER_CHECKPOINT) as ctx:` sets the process up and checks the run
+folder; `ctx.open_run()` creates or reopens it once data and model have loaded, and carries out the resume policy
+(`ctx.run` opens nothing: before `open_run` it is an error); `ctx.new_callbacks()` makes rlft's callbacks;
+`ctx.train(trainer, tokenizer)` trains to the end and saves the final model; leaving the block writes summary.json
+and releases the folder. Each job's details are in the modules beside this one."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from rlft.runtime.first_step import trl_value_error
 from rlft.runtime.interrupt import Interrupt
 from rlft.runtime.process import set_up_process, tracker_env
 from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
-from rlft.runtime.resume import Resume
+from rlft.runtime.resume import PER_CHECKPOINT, Resume
 from rlft.runtime.run_summary import write_run_summary
 from rlft.runtime.saved_state import rlft_state
 from rlft.models.sharded import mark_sharded
@@ -37,14 +37,14 @@ from rlft.runtime.sharding import describe as describe_sharding
 class RunContext:
     """`with RunContext(cfg, composed, opts) as ctx:` ... `ctx.train(trainer, tokenizer)`."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, own_resume: bool = False):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, resume: str = PER_CHECKPOINT):
         self.cfg, self.composed, self.opts = cfg, composed, opts
         self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.interrupt = Interrupt()
-        # own_resume: the stage picks its checkpoints itself (e.g. one folder per round)
-        self.resume = Resume(cfg, composed, opts, self.rank, own_resume)
-        self._run: RunDir | None = None  # created by open_run (or on first use of .run)
+        self.resume = Resume(cfg, composed, opts, self.rank, resume)  # the stage's policy: per checkpoint or round
+        self._run: RunDir | None = None  # created by open_run
+        self.callbacks: list = []  # rlft's callbacks for the trainer, made by new_callbacks
         self.exit_code: int | None = None  # set by train(); None at exit means the run failed
         self.began = False  # a training step began in this process (the resume's changes to the logs are made)
         self.began_at: int | None = None  # the trainer's step count when this process's first step began
@@ -101,10 +101,11 @@ class RunContext:
 
         trainer.remove_callback(PrinterCallback)  # rlft prints its own line per logged step
         self.trainer = trainer
-        self.health.attach(trainer, self)
+        health, console = _monitors(trainer)
+        health.attach(trainer, self)
         self.resume.load_state(trainer, self.run, self.resume_command)
         if self.resume.final_only:
-            self.console.close()
+            console.close()
             save_final_again(trainer, tokenizer, self.resume_from, self.cfg, self.run)
             return 0
         try:
@@ -123,7 +124,7 @@ class RunContext:
                 raise
             raise refused from None
         finally:
-            self.console.close()
+            console.close()
         if self.interrupt.signal is not None:
             return outcome.interrupted(trainer.state.global_step, trainer.args.output_dir, self.resume_command,
                                        say=self.rank == 0)
@@ -155,8 +156,10 @@ class RunContext:
     # -- for the stages and the callbacks --------------------------------------------------------
     @property
     def run(self) -> RunDir:
-        """The run folder; opened on first use for stages that do not call `open_run` themselves."""
-        return self._run if self._run is not None else self.open_run()
+        """The run folder, once the lifecycle opened it (after the inputs and the model loaded)."""
+        if self._run is None:
+            raise RuntimeError("the run folder is not open yet: RunContext.open_run comes after the model loads")
+        return self._run
 
     @property
     def resume_command(self) -> str:
@@ -166,18 +169,38 @@ class RunContext:
     def resume_from(self) -> Path | None:
         return self.resume.checkpoint
 
-    @resume_from.setter
-    def resume_from(self, checkpoint: Path | None) -> None:  # a stage with its own resume picks it
-        self.resume.checkpoint = checkpoint
-
     @property
     def extra_state(self) -> dict:
         return self.resume.state
 
-    def newest_checkpoint(self, folder: Path) -> Path | None:
-        return self.resume.newest_checkpoint(folder)
+    @property
+    def rounds(self) -> dict:
+        """A per-round run's state (rounds.json): eval.start and the optimizer steps of its finished rounds."""
+        return self.resume.rounds(self.run)
 
-    def callbacks(self) -> list:
+    def resume_round(self, folder: Path, steps_before: int) -> Path | None:
+        """A round's training is about to start (per-round policy): the checkpoint it continues from on --resume (the
+        newest whole one in `folder`), the logged rows after it dropped; None starts the round afresh."""
+        return self.resume.start_round(self.run, folder, steps_before)
+
+    def round_done(self, r: int, steps: int) -> None:
+        """Round `r` trained `steps` optimizer steps: kept in rounds.json."""
+        self.resume.round_done(self.run, r, steps)
+
+    def kept_eval_start(self) -> dict | None:
+        """eval.start as measured before a --resume, where the resume policy keeps it, or None."""
+        return self.resume.kept_eval_start(self.run)
+
+    def keep_eval_start(self, result: dict) -> None:
+        self.resume.keep_eval_start(self.run, result)
+
+    def new_callbacks(self) -> list:
+        """rlft's callbacks for a trainer (one set per trainer: a stage of rounds makes a set per round), in
+        `self.callbacks`."""
+        self.callbacks = self._make_callbacks()
+        return self.callbacks
+
+    def _make_callbacks(self) -> list:
         from rlft.monitor.callbacks import (
             ApplyConfigChanges, CheckpointMarker, InterruptCallback, ShardingCheck, StepBegins,
         )
@@ -185,14 +208,14 @@ class RunContext:
         from rlft.monitor.health import HealthMonitor
         from rlft.monitor.metrics import MetricsWriter
 
-        self.console = ConsoleProgress(self.cfg.stage)
-        self.health = HealthMonitor(self.cfg, self.run, self.console)
+        console = ConsoleProgress(self.cfg.stage)
+        health = HealthMonitor(self.cfg, self.run, console)
         changes = [ApplyConfigChanges(self.resume.changes)] if self.resume.changes else []
         per_generation = get_spec(self.cfg.stage).steps_per_generation
-        metrics = MetricsWriter(self.run.metrics, self.cfg.stage, self.console, self.health,
+        metrics = MetricsWriter(self.run.metrics, self.cfg.stage, console, health,
                                 per_generation(self.cfg) if per_generation else None)
-        return [ShardingCheck(self), StepBegins(self), metrics, self.console,
-                InterruptCallback(self.interrupt), CheckpointMarker(self), self.health, *changes]
+        return [ShardingCheck(self), StepBegins(self), metrics, console,
+                InterruptCallback(self.interrupt), CheckpointMarker(self), health, *changes]
 
     def sharding_ready(self, model) -> None:
         """The model as the trainer will train it (after accelerate's prepare): its layout, checked, and said once
@@ -220,3 +243,16 @@ class RunContext:
         if trainer.args.should_save and path.is_dir():
             seal_checkpoint(path, rlft_state(trainer))
             self.run.drop_replaced()
+
+
+def _monitors(trainer) -> tuple:
+    """(health monitor, console) among the trainer's callbacks, as `RunContext.new_callbacks` made them."""
+    from rlft.monitor.console import ConsoleProgress
+    from rlft.monitor.health import HealthMonitor
+
+    callbacks = trainer.callback_handler.callbacks
+    health = next((cb for cb in callbacks if isinstance(cb, HealthMonitor)), None)
+    console = next((cb for cb in callbacks if isinstance(cb, ConsoleProgress)), None)
+    if health is None or console is None:
+        raise RuntimeError("the trainer was built without rlft's callbacks (pass `callbacks=ctx.callbacks`)")
+    return health, console

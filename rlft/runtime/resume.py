@@ -1,6 +1,8 @@
-"""A run's `--resume`, carried out: the config checked, the plan's damaged checkpoints moved aside with a warning
-and its refusal raised, the checkpoint's rlft state loaded into the trainer (one that does not load is moved aside
-and the plan made again), and the logs cut back once the first step begins."""
+"""A run's `--resume`, carried out by the stage's declared policy. PER_CHECKPOINT: the config checked, the plan's
+damaged checkpoints moved aside with a warning and its refusal raised, the checkpoint's rlft state loaded into the
+trainer (one that does not load is moved aside and the plan made again), and the logs cut back once the first step
+begins. PER_ROUND: each round continues from its own folder's newest whole checkpoint, its logs cut back as it
+starts, and rounds.json keeps eval.start and the finished rounds' steps."""
 
 from __future__ import annotations
 
@@ -16,10 +18,13 @@ from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
 from rlft.runtime.checkpoint_files import checkpoint_problem, read_rlft_state
 from rlft.runtime.resume_config import check_resume_config
-from rlft.runtime.resume_logs import resume_logs
+from rlft.runtime.resume_logs import drop_rows_after, resume_logs
 from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, aside_path, newest_whole, plan_resume,
                                      target_steps)
+from rlft.runtime.rounds_state import read_rounds_state, write_rounds_state
 from rlft.runtime.saved_state import load_rlft_state, state_problem
+
+PER_CHECKPOINT, PER_ROUND = "checkpoint", "round"  # a stage's resume policy (rlft.runtime.lifecycle.Stage.resume)
 
 
 def set_aside(item: SetAside, rank: int) -> None:
@@ -62,11 +67,13 @@ def newest_checkpoint(folder: Path, rank: int, problem_of: ProblemOf) -> Path | 
 
 
 class Resume:
-    """The resume side of one run. A stage with its own resume (`own`: one folder per round) has no plan: it
-    picks its checkpoints through `newest_checkpoint` and sets `checkpoint` itself."""
+    """The resume side of one run, by the stage's `policy`. Per round there is no plan: each round's start picks its
+    checkpoint (`start_round`)."""
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, rank: int, own: bool):
-        self.cfg, self.composed, self.opts, self.rank, self.own = cfg, composed, opts, rank, own
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, rank: int, policy: str = PER_CHECKPOINT):
+        self.cfg, self.composed, self.opts, self.rank = cfg, composed, opts, rank
+        self.own = policy == PER_ROUND
+        self._rounds: dict | None = None  # rounds.json, read on first use
         self.plan: ResumePlan | None = None
         self.checkpoint: Path | None = None  # the checkpoint training continues from
         self.state: dict = {}  # its rlft state
@@ -130,11 +137,45 @@ class Resume:
                            f"started, or the file was edited): resume with the settings the run was trained with, "
                            f"or start a new run (another train.output_dir, or --overwrite)")
 
-    def newest_checkpoint(self, folder: Path) -> Path | None:
-        """For a stage with its own resume: the newest whole checkpoint in `folder`, its rlft state read."""
-        newest = newest_checkpoint(folder, self.rank, checkpoint_problem)
-        self.state = read_rlft_state(newest) if newest is not None else {}
-        return newest
+    def start_round(self, run: RunDir, folder: Path, steps_before: int) -> Path | None:
+        """Per round: on --resume the newest whole checkpoint in the round's `folder` (its rlft state read, damaged
+        ones moved aside), and the logged rows of the steps trained again dropped (rank 0); None otherwise."""
+        self.checkpoint, self.state = None, {}
+        if not self.opts.resume:
+            return None
+        self.checkpoint = newest_checkpoint(folder, self.rank, checkpoint_problem)
+        if self.checkpoint is not None:
+            self.state = read_rlft_state(self.checkpoint)
+        if self.rank == 0:  # steps after the resume point run again and log anew
+            done = steps_before + (checkpoint_step(self.checkpoint) if self.checkpoint is not None else 0)
+            for path in (run.metrics, run.health):
+                drop_rows_after(path, done)
+        return self.checkpoint
+
+    def rounds(self, run: RunDir) -> dict:
+        """Per round: rounds.json's state (read once; a damaged one is a RunError)."""
+        if self._rounds is None:
+            self._rounds = read_rounds_state(run)
+        return self._rounds
+
+    def round_done(self, run: RunDir, r: int, steps: int) -> None:
+        self.rounds(run).setdefault("round_steps", {})[str(r)] = steps
+        if self.rank == 0:
+            write_rounds_state(run, self.rounds(run))
+
+    def kept_eval_start(self, run: RunDir) -> dict | None:
+        """eval.start as measured before this --resume: in rounds.json (per round) or in the rlft state of the
+        checkpoint resumed from (per checkpoint: a trainer that keeps it, under "trainer")."""
+        if self.own:
+            return self.rounds(run).get("eval_start")
+        return (self.state.get("trainer", {}).get("eval_start") or None) if self.checkpoint else None
+
+    def keep_eval_start(self, run: RunDir, result: dict) -> None:
+        """Per round: a measured eval.start goes into rounds.json (per checkpoint the trainer's state carries it)."""
+        if self.own and "eval_start" not in self.rounds(run):
+            self.rounds(run)["eval_start"] = result
+            if self.rank == 0:
+                write_rounds_state(run, self.rounds(run))
 
     def step_begins(self, run: RunDir) -> None:
         """The first step begins (everything has loaded): drop the logged rows of the steps trained again and

@@ -1,6 +1,6 @@
 """The stages, one folder each: `rlft/stages/<name>/spec.py` (what the stage is: its section, checks and
-metrics; no torch) and `runner.py` (its recipe). Recipe parts two stages share sit in common/; RS-SFT and AWR's
-loop beside the folders (sampled_sft.py), and the preference stages' eval (preference_eval.py).
+metrics; no torch) and `runner.py` (its recipe). Recipe parts two stages share sit in common/ (RS-SFT and AWR's
+rounds in sampled_sft.py, the preference stages' eval in preference_eval.py among them).
 
 This package imports nothing at load: `rlft.config.stages` imports each folder's spec by name, and a
 runner is imported only when its stage runs."""

@@ -1,5 +1,5 @@
 """AWR's decision about one round of scored samples: each one's advantage and weight (rlft.algos) and the
-round's metrics; the loop around it is rlft/stages/sampled_sft.py."""
+round's metrics; the loop around it is rlft/stages/common/sampled_sft.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ completions for every prompt of data.train, score them, give each the advantage 
 `normalize_advantage`, and the weight w = min(exp(advantage_beta * Â), clip_advantage); then train
 with the weighted NLL on completion tokens (rlft.trainers.sft.AWRSFTTrainer).
 
-The loop, resume and run lifecycle are shared with RS-SFT: rlft.stages.sampled_sft.
+The loop, resume and run lifecycle are shared with RS-SFT: rlft.stages.common.sampled_sft.
 """
 
 from __future__ import annotations
@@ -16,6 +16,6 @@ from rlft.rundir.options import RunOptions
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.stages.awr.decide import awr_decide
-    from rlft.stages.sampled_sft import SampledSFT
+    from rlft.stages.common.sampled_sft import SampledSFT
 
     return SampledSFT(cfg, composed, opts, awr_decide, "rlft.trainers.sft:AWRSFTTrainer").run()

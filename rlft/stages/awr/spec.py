@@ -1,5 +1,5 @@
 """AWR: advantage-weighted regression: sample, weight every sample by exp(beta x advantage) (clipped), SFT
-with those weights, in rounds; the loop is shared with RS-SFT (rlft.stages.sampled_sft)."""
+with those weights, in rounds; the loop is shared with RS-SFT (rlft.stages.common.sampled_sft)."""
 
 from __future__ import annotations
 

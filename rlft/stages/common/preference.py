@@ -7,7 +7,7 @@ import sys
 
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
-from rlft.runtime.lifecycle import Stage, run_stage
+from rlft.runtime.lifecycle import Stage, StageInputs, run_stage
 
 
 def _load_split(cfg: RlftConfig, key: str, path: str):
@@ -87,45 +87,49 @@ def print_start(cfg: RlftConfig, num_samples: int, stage_max_length: int, max_pr
 
 
 class PreferenceStage(Stage):
-    """DPO's and ORPO's parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): data, TRL settings,
-    rewards and their columns checked (before the run folder) -> model + tokenizer (+ reference) -> run folder ->
-    TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end (with `rewards:` or data.eval; see
-    rlft.stages.preference_eval). `trl_config(cfg, output_dir, composed)` builds the stage's TRL config;
-    `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)` its trainer, with `ref` from
+    """DPO's and ORPO's parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): inputs (data, TRL
+    settings, rewards and their columns, tokenizer and chat template, checked before the run folder) -> model (+
+    reference) -> run folder -> trainer -> eval.start -> train (final adapter) -> eval.end (with `rewards:` or
+    data.eval; see rlft.stages.common.preference_eval). `trl_config(cfg, output_dir, composed)` builds the stage's
+    TRL config; `make_trainer(model, tokenizer, ref, args, train_ds, eval_ds, ctx)` its trainer, with `ref` from
     `load_reference(cfg)` or None."""
 
     def __init__(self, cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None):
         super().__init__(cfg, composed, opts)
         self.trl_config, self.make_trainer, self.load_reference = trl_config, make_trainer, load_reference
 
-    def check_inputs(self) -> None:
-        from rlft.stages.preference_eval import PreferenceEval
+    def inputs(self) -> StageInputs:
+        from rlft.config.load_plan import load_plan
+        from rlft.models.loading import tokenizer
+        from rlft.stages.common.preference_eval import PreferenceEval
 
         cfg = self.cfg
-        self.train_ds, self.eval_ds = load_preference_data(cfg)  # fix the data, rerun as is
+        train_ds, eval_ds = load_preference_data(cfg)  # fix the data, rerun as is
         self.trl_config(cfg, cfg.train.output_dir or ".", self.composed)  # likewise TRL's objections to the settings
-        self.evaluation = PreferenceEval.prepare(cfg, self.composed, self.train_ds, self.eval_ds)  # and the rewards
+        evaluation = PreferenceEval.prepare(cfg, self.composed, train_ds, eval_ds)  # and the rewards
+        plan = load_plan(cfg)
+        tok = tokenizer(plan)
+        (train_ds, eval_ds), chat_note = pairs_as_chat(cfg, [train_ds, eval_ds], tok)
+        return StageInputs(tokenizer=tok, train=train_ds, eval_rows=eval_ds, plan=plan,
+                           extra=dict(evaluation=evaluation, chat_note=chat_note))
 
-    def build(self, ctx) -> None:
-        from rlft.models.loading import load_model_and_tokenizer
+    def model(self, inputs: StageInputs) -> tuple:
+        """(the policy, the reference or None)."""
+        from rlft.models.loading import policy
 
+        model = policy(inputs.plan)
+        return model, self.load_reference(self.cfg) if self.load_reference is not None else None
+
+    def trainer(self, ctx, model: tuple, inputs: StageInputs):
         cfg, section = self.cfg, getattr(self.cfg, self.cfg.stage)
-        model, self.tokenizer = load_model_and_tokenizer(cfg)
-        (self.train_ds, self.eval_ds), chat_note = pairs_as_chat(cfg, [self.train_ds, self.eval_ds], self.tokenizer)
-        ref = self.load_reference(cfg) if self.load_reference is not None else None
-        ctx.open_run()
         args = self.trl_config(cfg, str(ctx.run.checkpoints), self.composed)
-        print_start(cfg, len(self.train_ds), section.max_length, section.max_prompt_length, (chat_note,))
-        self.trainer = self.make_trainer(model, self.tokenizer, ref, args, self.train_ds, self.eval_ds, ctx)
+        print_start(cfg, len(inputs.train), section.max_length, section.max_prompt_length, (inputs.extra["chat_note"],))
+        policy, ref = model
+        return self.make_trainer(policy, inputs.tokenizer, ref, args, inputs.train, inputs.eval_rows, ctx)
 
-    def evaluator(self, ctx):
-        return self.evaluation.ready(self.tokenizer, self.eval_ds if self.eval_ds is not None else self.train_ds, ctx)
-
-    def eval_ended(self, ctx) -> None:
-        self.evaluation.add_accuracy(self.trainer, ctx)
-
-    def eval_line(self, ctx) -> str | None:
-        return self.evaluation.line(ctx)
+    def evaluator(self, ctx, trainer, inputs: StageInputs):
+        source = inputs.eval_rows if inputs.eval_rows is not None else inputs.train
+        return inputs.extra["evaluation"].ready(inputs.tokenizer, source, ctx)
 
 
 def run_preference(cfg: RlftConfig, composed, opts, trl_config, make_trainer, load_reference=None) -> int:

@@ -156,3 +156,21 @@ def reward_suite(cfg: RlftConfig, composed):
                                   max_failure_fraction=cfg.monitor.max_reward_failure_fraction)
     except (RewardResolveError, ValueError) as exc:
         raise RunError(str(exc)) from None
+
+
+def sampling_inputs(cfg: RlftConfig, composed):
+    """A sampling stage's inputs in one call, before the run folder (rlft.runtime.lifecycle.StageInputs): the reward
+    suite, the `eval.rewards` suite, the models' load plan and the tokenizer, the training
+    prompts (`train`, a dataset) and the evaluation rows (`eval_rows`, first data.eval_prompts rows of data.eval or of
+    data.train). Bad rewards or data: RunError (exit 2), nothing written."""
+    from rlft.config.load_plan import load_plan
+    from rlft.models.loading import tokenizer
+    from rlft.runtime.lifecycle import StageInputs
+
+    suite = reward_suite(cfg, composed)
+    train, evals = prompt_set(cfg, suite), eval_prompt_set(cfg, suite)
+    eval_suite = eval_reward_suite(cfg, composed)
+    plan = load_plan(cfg)  # the models the stage loads, read once (the init_from run's folder included)
+    tok = tokenizer(plan)
+    dataset, rows = prepare_prompts(cfg, tok, train, evals)
+    return StageInputs(tokenizer=tok, train=dataset, eval_rows=rows, suite=suite, eval_suite=eval_suite, plan=plan)

@@ -1,8 +1,8 @@
 """DPO recipe: causal LM, LoRA, prompt/chosen/rejected pairs, TRL's DPOTrainer + rlft's run lifecycle.
 
 Its parts of the run lifecycle (rlft.stages.common.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
-data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> reference -> run folder
--> TRL config -> trainer -> eval.start -> train (final adapter) -> eval.end.
+inputs (data, TRL settings, rewards, tokenizer and chat template, checked before anything is written) -> model +
+reference -> run folder -> trainer -> eval.start -> train (final adapter) -> eval.end.
 
 The reference is the frozen model DPO measures its implicit reward against. With LoRA and
 `model.ref: base` (or null) TRL disables the adapter to get it, so no second model is loaded; with
@@ -60,7 +60,7 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
         # ref None (`base`): TRL uses the model with the adapter disabled
         return RlftDPOTrainer(model=model, ref_model=ref, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               processing_class=tokenizer, peft_config=lora_config(cfg, model),
-                              callbacks=ctx.callbacks(), max_prompt_length=cfg.dpo.max_prompt_length)
+                              callbacks=ctx.callbacks, max_prompt_length=cfg.dpo.max_prompt_length)
 
     from rlft.models.loading import load_reference
 

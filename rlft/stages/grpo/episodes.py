@@ -12,9 +12,9 @@ or `train.num_train_epochs` passes over the rows; `train.logging_steps`, `eval_s
 are in updates. Each update: `grpo.ppo_epochs` passes of `grpo.num_substeps` minibatches, one optimizer
 step each.
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): tokenizer, env and its tasks, minibatch
-layout checked (before the run folder) -> policy with a value head (+ KL reference) -> trainer -> eval.start ->
-train, with the periodic eval (final adapter) -> eval.end.
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): inputs (tokenizer, env and its tasks,
+minibatch layout, checked before the run folder) -> model (policy with a value head + KL reference) -> run folder ->
+trainer -> eval.start -> train, with the periodic eval (final adapter) -> eval.end.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from rlft.config.compose import Composed
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
-from rlft.runtime.lifecycle import run_stage
+from rlft.runtime.lifecycle import StageInputs, run_stage
 from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
 from rlft.stages.common.loop_stage import LoopStage
 from rlft.trainers.loop_algorithm import episode_grpo_algorithm
@@ -48,38 +48,41 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
 class EpisodeGRPOStage(LoopStage):
     """GRPO over episodes' parts of the run lifecycle (rlft.runtime.lifecycle has the order;
-    rlft.stages.common.loop_stage the eval parts it shares with PPO)."""
+    rlft.stages.common.loop_stage the trainer and the eval parts it shares with PPO)."""
 
-    def check_inputs(self) -> None:
+    def inputs(self) -> StageInputs:
         """Tokenizer, the environment and its tasks, the minibatch layout: before the run folder, so a bad input
         leaves nothing behind."""
         from rlft.config.load_plan import load_plan
         from rlft.models.loading import tokenizer
 
         cfg = self.cfg
-        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
-        self.tokenizer = tokenizer(self.plan)
-        self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
+        plan = load_plan(cfg)  # the models the stage loads, read once (the init_from run's folder included)
+        tok = tokenizer(plan)
+        env_factory, env_guard, train_rows, evals = env_setup(cfg, self.composed)
         check_layout(cfg)
-        self.algorithm = episode_grpo_algorithm(cfg, len(self.train_rows))
+        return StageInputs(tokenizer=tok, train=train_rows, plan=plan, extra=dict(
+            env_factory=env_factory, env_guard=env_guard, episode_eval_rows=evals,
+            algorithm=episode_grpo_algorithm(cfg, len(train_rows))))
 
-    def build(self, ctx) -> None:
-        """The policy with its value head (untrained here) and the KL reference, then the interrupt hook (the run
-        folder's first use comes after the models loaded), the schedule line, then the trainer."""
+    def model(self, inputs: StageInputs) -> tuple:
+        """(the policy with its value head (untrained here), the KL reference or None)."""
+        return policy_with_value_head(self.cfg, inputs.plan, self.cfg.grpo.kl_penalty_coef)
+
+    def trainer(self, ctx, model: tuple, inputs: StageInputs):
+        """The schedule line, then the loop's trainer."""
         import sys
 
         from transformers import TrainingArguments
 
         from rlft.models.hardware import common_training_args
 
-        cfg, s = self.cfg, self.algorithm.schedule
-        wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.grpo.kl_penalty_coef)  # the loop's model
-        self.interrupt_hooks(ctx)
+        cfg, s = self.cfg, inputs.extra["algorithm"].schedule
         args = common_training_args(cfg, str(ctx.run.checkpoints))
         args.update(per_device_train_batch_size=s.mini_batch_size, max_steps=-1, save_steps=s.save_every)
         if ctx.rank == 0:
             print(f"grpo over episodes: {s.num_updates} updates x {cfg.grpo.batch_size} rows x "
                   f"{cfg.grpo.group_size} episodes; {cfg.grpo.ppo_epochs} epoch(s) x {cfg.grpo.num_substeps} "
                   f"minibatch(es)", file=sys.stderr)
-        self.loop_trainer(ctx, wrapped, ref, TrainingArguments(**args), self.train_rows, env_factory=self.env_factory,
-                          episode_eval_rows=self.evals, algorithm=self.algorithm)
+        wrapped, ref = model
+        return self.loop_trainer(ctx, wrapped, ref, TrainingArguments(**args), inputs)

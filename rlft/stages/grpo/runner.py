@@ -1,8 +1,9 @@
 """GRPO recipe: tiny-to-large causal LM, LoRA, reward functions, TRL's GRPOTrainer + rlft's hooks.
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, TRL settings, tokenizer,
-prompts and eval prompts checked (before the run folder) -> policy (+ KL reference) -> trainer -> eval.start ->
-train, with the periodic eval (final adapter) -> eval.end. With `env.name` set: the multi-turn recipe (episodes.py).
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): inputs (TRL settings, rewards, tokenizer,
+prompts and eval prompts, checked before the run folder) -> model (policy + KL reference) -> run folder -> trainer ->
+eval.start -> train, with the periodic eval (final adapter) -> eval.end. With `env.name` set: the multi-turn recipe
+(episodes.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
-from rlft.runtime.lifecycle import CallEvaluator, Stage, run_stage
-from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts, prompt_set,
-                                            reward_suite)
+from rlft.runtime.lifecycle import CallEvaluator, Stage, StageInputs, run_stage
+from rlft.stages.common.prompt_data import sampling_inputs
 from rlft.stages.grpo.layout import eval_every, grpo_batch_layout  # noqa: F401 - re-exported
 
 
@@ -94,68 +94,57 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 class GRPOStage(Stage):
     """Single-turn GRPO's parts of the run lifecycle (rlft.runtime.lifecycle has the order)."""
 
-    def check_inputs(self) -> None:
-        """Rewards, TRL's objections to the settings, tokenizer, prompts and eval prompts: before the run folder, so
-        a bad input leaves nothing behind (fix the config, rerun as is). The prompts' settings are gathered from the
-        config first, then each part is made in turn."""
+    def inputs(self) -> StageInputs:
+        """TRL's objections to the settings, rewards, tokenizer, prompts and eval prompts: before the run folder, so a
+        bad input leaves nothing behind (fix the config, rerun as is)."""
         import os
 
-        from rlft.config.load_plan import load_plan
-        from rlft.models.loading import tokenizer
-
         cfg = self.cfg
-        self.suite = reward_suite(cfg, self.composed)
-        train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
         grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
-        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
-        self.tokenizer = tokenizer(self.plan)
-        self.dataset, self.evals = prepare_prompts(cfg, self.tokenizer, train, evals)
-        if len(self.dataset) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
+        inputs = sampling_inputs(cfg, self.composed)
+        if len(inputs.train) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
             raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "
-                           f"{len(self.dataset)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples "
+                           f"{len(inputs.train)} usable rows (after data.too_long={cfg.data.too_long}): GRPO samples "
                            f"whole batches only, so no step would ever run; lower grpo.batch_size or add data")
+        return inputs
 
-    def build(self, ctx) -> None:
-        """The policy (and the KL reference) from the config's load plan, then the trainer's class and settings (the
-        first use of the run folder: a model that fails to load leaves none behind), then the trainer: synchronous,
-        streaming or asynchronous."""
+    def model(self, inputs: StageInputs) -> tuple:
+        """(the policy, its LoRA settings, the KL reference or None) from the config's load plan."""
         from rlft.models.loading import peft_config, policy, reference
 
-        cfg, plan = self.cfg, self.plan
-        model = policy(plan)
-        lora = peft_config(plan, model)
-        ref = reference(plan) if cfg.grpo.kl_penalty_coef > 0 else None
-        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(self.suite)
-        args = grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed)
-        self.trainer = trainer_class(
-            model=model,
+        model = policy(inputs.plan)
+        lora = peft_config(inputs.plan, model)
+        return model, lora, reference(inputs.plan) if self.cfg.grpo.kl_penalty_coef > 0 else None
+
+    def trainer(self, ctx, model: tuple, inputs: StageInputs):
+        """The trainer: synchronous, streaming or asynchronous."""
+        cfg, suite = self.cfg, inputs.suite
+        policy, lora, ref = model
+        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(suite)
+        return trainer_class(
+            model=policy,
             reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=self.dataset,
-            processing_class=self.tokenizer,
+            args=grpo_trl_config(cfg, str(ctx.run.checkpoints), ctx.num_processes, self.composed),
+            train_dataset=inputs.train,
+            processing_class=inputs.tokenizer,
             peft_config=lora,
-            callbacks=ctx.callbacks(),
+            callbacks=ctx.callbacks,
             cfg=cfg,
             run=ctx.run,
-            reward_suite=self.suite,
+            reward_suite=suite,
             ref_model_for_kl=ref,
         )
 
-    def evaluator(self, ctx):
-        every = eval_every(self.cfg)
-        evaluation = grpo_evaluation(self.cfg, self.evals, self.tokenizer, self.suite, ctx.run.eval_completions,
-                                     eval_reward_suite(self.cfg, self.composed))
-        return None if evaluation is None else CallEvaluator(evaluation, every)
-
-    def resumed_eval_start(self, ctx) -> dict | None:
-        # on --resume the start was measured before the first checkpoint and travels in it
-        if not self.evals or ctx.resume_from is None:
+    def evaluator(self, ctx, trainer, inputs: StageInputs) -> CallEvaluator | None:
+        """Fresh samples of the evaluation rows, every eval_steps too; eval.start saved in each checkpoint's rlft
+        state, for --resume."""
+        evaluation = grpo_evaluation(self.cfg, inputs.eval_rows, inputs.tokenizer, inputs.suite,
+                                     ctx.run.eval_completions, inputs.eval_suite)
+        if evaluation is None:
             return None
-        return ctx.extra_state.get("trainer", {}).get("eval_start") or None
-
-    def eval_started(self, ctx, result: dict) -> None:
-        self.trainer.eval_start = result  # saved in each checkpoint's rlft state, for --resume
+        keep = lambda result: setattr(trainer, "eval_start", result)  # noqa: E731 - saved in its checkpoints
+        return CallEvaluator(evaluation, eval_every(self.cfg), keep=keep)
 
 
 def grpo_trainer_class(cfg: RlftConfig):

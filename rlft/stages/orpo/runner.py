@@ -2,8 +2,8 @@
 ORPOTrainer (through rlft.trainers.orpo_compat) + rlft's run lifecycle.
 
 Its parts of the run lifecycle (rlft.stages.common.preference.PreferenceStage, run in order by rlft.runtime.lifecycle):
-data, TRL settings and rewards checked (before anything is written) -> model + tokenizer -> run folder -> TRL config
--> trainer -> eval.start -> train (final adapter) -> eval.end. ORPO needs no reference model: `model.ref` is
+inputs (data, TRL settings, rewards, tokenizer and chat template, checked before anything is written) -> model ->
+run folder -> trainer -> eval.start -> train (final adapter) -> eval.end. ORPO needs no reference model: `model.ref` is
 not used.
 """
 
@@ -41,6 +41,6 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
         return RlftORPOTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                                processing_class=tokenizer, peft_config=lora_config(cfg, model),
-                               callbacks=ctx.callbacks(), max_prompt_length=cfg.orpo.max_prompt_length)
+                               callbacks=ctx.callbacks, max_prompt_length=cfg.orpo.max_prompt_length)
 
     return run_preference(cfg, composed, opts, orpo_trl_config, make_trainer)

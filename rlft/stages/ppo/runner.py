@@ -1,10 +1,10 @@
 """PPO recipe: causal LM + LoRA with a value head on the same backbone, reward functions, rlft's
 own PPO trainer (TRL 1.x has none).
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): rewards, then the env's tasks and the
-tokenizer, or the tokenizer, prompts and eval prompts checked (before the run folder) -> policy with a value head
-(+ KL reference) -> trainer -> eval.start -> train, with the periodic eval (final adapter + value_head.safetensors)
--> eval.end.
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): inputs (rewards, then the env's tasks
+and the tokenizer, or the tokenizer, prompts and eval prompts, checked before the run folder) -> model (policy with
+a value head + KL reference) -> run folder -> trainer -> eval.start -> train, with the periodic eval (final adapter +
+value_head.safetensors) -> eval.end.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rlft.algos.schedule import ppo_loop_schedule
 from rlft.config.compose import Composed
 from rlft.rundir.options import RunOptions
-from rlft.runtime.lifecycle import run_stage
+from rlft.runtime.lifecycle import StageInputs, run_stage
 from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
 from rlft.stages.common.loop_stage import LoopStage
 from rlft.stages.ppo.spec import schedule as ppo_schedule
@@ -50,48 +50,43 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
 
 class PPOStage(LoopStage):
     """PPO's parts of the run lifecycle (rlft.runtime.lifecycle has the order; rlft.stages.common.loop_stage the
-    eval parts PPO shares with GRPO over episodes)."""
+    trainer and the eval parts PPO shares with GRPO over episodes)."""
 
-    def check_inputs(self) -> None:
-        """Rewards, then the environment's tasks, or the prompts' and eval prompts' settings, then the tokenizer and
-        the prompts themselves: before the run folder, so a bad input leaves nothing behind. The evaluation samples
-        fresh completions per evaluation prompt (`eval:` over PPO's defaults: one sample at PPO's sampling settings)
-        through the same code as GRPO's eval, or is None when data.eval_prompts is 0."""
+    def inputs(self) -> StageInputs:
+        """Rewards, then the environment's tasks and the tokenizer, or the prompts, eval prompts and tokenizer
+        (rlft.stages.common.prompt_data.sampling_inputs): before the run folder, so a bad input leaves nothing
+        behind. The evaluation samples fresh completions per evaluation prompt (`eval:` over PPO's defaults: one
+        sample at PPO's sampling settings) through the same code as GRPO's eval, or is None when data.eval_prompts
+        is 0."""
         from rlft.config.load_plan import load_plan
         from rlft.models.loading import tokenizer
         from rlft.rollout import stage_evaluation
-        from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts,
-                                                    prompt_set, reward_suite)
+        from rlft.stages.common.prompt_data import reward_suite, sampling_inputs
 
         cfg = self.cfg
-        self.suite = None  # with an environment the env's step rewards are the rewards
-        if not cfg.env.name or cfg.rewards:
-            self.suite = reward_suite(cfg, self.composed)
-        self.env_factory = self.env_guard = self.evaluation = None
-        self.train_rows = self.evals = []
-        if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards
-            self.env_factory, self.env_guard, self.train_rows, self.evals = env_setup(cfg, self.composed)
-        else:
-            train, evals = prompt_set(cfg, self.suite), eval_prompt_set(cfg, self.suite)
-            defaults, extra_suite = ppo_eval_defaults(cfg), eval_reward_suite(cfg, self.composed)
-        self.plan = load_plan(cfg)  # the models build loads, read once (the init_from run's folder included)
-        self.tokenizer = tokenizer(self.plan)
-        if cfg.env.name:
-            return
-        dataset, rows = prepare_prompts(cfg, self.tokenizer, train, evals)
-        self.train_rows = dataset.to_list()
-        self.evaluation = stage_evaluation(cfg, rows, self.tokenizer, self.suite, defaults, cfg.ppo.batch_size,
-                                           extra_suite=extra_suite, skip_columns=("prompt", "prompt_id"))
+        if cfg.env.name:  # multi-turn episodes: the env writes the prompts and the rewards (its step rewards)
+            suite = reward_suite(cfg, self.composed) if cfg.rewards else None
+            env_factory, env_guard, train_rows, evals = env_setup(cfg, self.composed)
+            plan = load_plan(cfg)
+            return StageInputs(tokenizer=tokenizer(plan), train=train_rows, suite=suite, plan=plan,
+                               extra=dict(env_factory=env_factory, env_guard=env_guard, episode_eval_rows=evals))
+        inputs = sampling_inputs(cfg, self.composed)
+        inputs.train = inputs.train.to_list()
+        inputs.extra["evaluation"] = stage_evaluation(
+            cfg, inputs.eval_rows, inputs.tokenizer, inputs.suite, ppo_eval_defaults(cfg), cfg.ppo.batch_size,
+            extra_suite=inputs.eval_suite, skip_columns=("prompt", "prompt_id"))
+        return inputs
 
-    def build(self, ctx) -> None:
-        """The policy with its value head (and the KL reference), then the interrupt hooks (the first use of the run
-        folder: a model that fails to load leaves none behind), the schedule line, then the trainer."""
+    def model(self, inputs: StageInputs) -> tuple:
+        """(the policy with its value head, the KL reference or None)."""
+        cfg = self.cfg
+        return policy_with_value_head(cfg, inputs.plan, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
+
+    def trainer(self, ctx, model: tuple, inputs: StageInputs):
+        """The schedule line, then the loop's trainer."""
         import sys
 
-        cfg = self.cfg
-        wrapped, ref = policy_with_value_head(cfg, self.plan, cfg.ppo.init_kl_coef, cfg.ppo.value_model == "separate")
-        self.interrupt_hooks(ctx)
         if ctx.rank == 0:
-            print(ppo_schedule(cfg).lstrip("# "), file=sys.stderr)
-        self.loop_trainer(ctx, wrapped, ref, training_arguments(cfg, str(ctx.run.checkpoints)), self.train_rows,
-                          env_factory=self.env_factory, episode_eval_rows=self.evals)
+            print(ppo_schedule(self.cfg).lstrip("# "), file=sys.stderr)
+        wrapped, ref = model
+        return self.loop_trainer(ctx, wrapped, ref, training_arguments(self.cfg, str(ctx.run.checkpoints)), inputs)

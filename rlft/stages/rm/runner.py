@@ -1,10 +1,11 @@
 """RM recipe: a sequence-classification head on the model (LoRA + the head, or full), prompt/chosen/rejected pairs,
 TRL's RewardTrainer (rlft.trainers.reward) + rlft's run lifecycle.
 
-Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): data and TRL settings checked (before
-anything is written) -> model (AutoModelForSequenceClassification, one label) + tokenizer -> run folder -> TRL config
--> trainer -> eval.start -> train -> final/ (merged) -> eval.end. The evaluation is the reward model's own: pairwise
-accuracy and mean reward margin on the held-out pairs (data.eval, else the first data.eval_prompts training pairs).
+Its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order): inputs (data, TRL settings, tokenizer
+and chat template, checked before anything is written) -> model (AutoModelForSequenceClassification, one label) ->
+run folder -> trainer -> eval.start -> train -> final/ (merged) -> eval.end. The evaluation is the reward model's
+own: pairwise accuracy and mean reward margin on the held-out pairs (data.eval, else the first data.eval_prompts
+training pairs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
-from rlft.runtime.lifecycle import Stage, run_stage
+from rlft.runtime.lifecycle import Evaluation, Stage, StageInputs, run_stage
 
 EVAL_PAIRS = 256  # without data.eval: at most this many training pairs measure eval.start / eval.end
 
@@ -42,15 +43,15 @@ def load_scorer(cfg: RlftConfig):
 
     from rlft.config.load_plan import load_plan
     from rlft.models.loading import _load_failure, model_path
+    from rlft.models.weights import pretrained
 
     plan = load_plan(cfg)
     set_seed(cfg.train.seed)
     import torch
 
-    try:
-        return AutoModelForSequenceClassification.from_pretrained(
-            model_path(plan.name, plan.tiny_init_std), num_labels=1, dtype=getattr(torch, plan.dtype),
-            trust_remote_code=plan.trust_remote_code)
+    try:  # damaged weights files: one line naming the file
+        return pretrained(AutoModelForSequenceClassification, model_path(plan.name, plan.tiny_init_std), num_labels=1,
+                          dtype=getattr(torch, plan.dtype), trust_remote_code=plan.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise _load_failure(plan.name, exc) from None
 
@@ -92,70 +93,74 @@ def pairwise_stats(model, dataset, pad_token_id: int, batch_size: int) -> dict:
     return pairwise_metrics(torch.cat(chosen), torch.cat(rejected))
 
 
-class PairwiseEval:
+class PairwiseEval(Evaluation):
     """eval.start / eval.end: the reward model's pairwise accuracy and margin on the held-out pairs."""
 
-    def __init__(self, trainer, dataset, pad_token_id: int, batch_size: int, source: str):
-        self.trainer, self.dataset, self.pad, self.batch_size, self.source = \
-            trainer, dataset, pad_token_id, batch_size, source
+    def __init__(self, dataset, pad_token_id: int, batch_size: int, source: str):
+        self.dataset, self.pad, self.batch_size, self.source = dataset, pad_token_id, batch_size, source
 
     def evaluate(self, model, step: int) -> dict:
         stats = pairwise_stats(model, self.dataset, self.pad, self.batch_size)
         return {**{k: round(v, 6) for k, v in stats.items()}, "n": len(self.dataset), "pairs": self.source,
                 "step": step}
 
-
-class RMStage(Stage):
-    def check_inputs(self) -> None:
-        from rlft.stages.common.preference import load_preference_data
-
-        cfg = self.cfg
-        if cfg.model.init_from:
-            raise RunError("model.init_from: stage rm starts from model.name_or_path (a fresh score head); "
-                           "set model.init_from=null")
-        self.train_ds, self.eval_ds = load_preference_data(cfg)
-        rm_trl_config(cfg, cfg.train.output_dir or ".", self.composed)  # TRL's objections before the run folder
-
-    def build(self, ctx) -> None:
-        from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.common.preference import pairs_as_chat, print_start
-        from rlft.trainers.reward import RlftRewardTrainer
-
-        cfg = self.cfg
-        self.tokenizer = load_policy_tokenizer(cfg)
-        model = load_scorer(cfg)
-        (self.train_ds, self.eval_ds), chat_note = pairs_as_chat(cfg, [self.train_ds, self.eval_ds], self.tokenizer)
-        chat = not isinstance(self.train_ds[0]["prompt"], str)
-        ctx.open_run()
-        args = rm_trl_config(cfg, str(ctx.run.checkpoints), self.composed)
-        print_start(cfg, len(self.train_ds), cfg.rm.max_length, cfg.rm.max_length, (chat_note,))
-        self.trainer = RlftRewardTrainer(model=model, args=args, train_dataset=self.train_ds,
-                                         eval_dataset=self.eval_ds, processing_class=self.tokenizer,
-                                         peft_config=scorer_lora(cfg, model), callbacks=ctx.callbacks(),
-                                         scoring={"chat": chat, "max_length": args.max_length})
-        if len(self.trainer.train_dataset) < len(self.train_ds):
-            print(f"rlft: {len(self.train_ds) - len(self.trainer.train_dataset)} training pairs longer than "
-                  f"{args.max_length} tokens dropped (rm.max_length)", file=sys.stderr)
-
-    def evaluator(self, ctx):
-        held = self.trainer.eval_dataset
-        if held is not None:
-            source = "data.eval"
-        else:
-            train = self.trainer.train_dataset
-            held, source = train.select(range(min(EVAL_PAIRS, len(train)))), "data.train"
-        if len(held) == 0:
-            return None
-        return PairwiseEval(self.trainer, held, self.tokenizer.pad_token_id,
-                            self.cfg.train.per_device_train_batch_size, source)
-
-    def eval_line(self, ctx) -> str | None:
+    def line(self, ctx) -> str | None:
         start, end = ctx.eval.get("start"), ctx.eval.get("end")
         if start is None or end is None:
             return None
         return (f"eval: pairwise accuracy {start['pairwise_accuracy']:.3f} at the start, "
                 f"{end['pairwise_accuracy']:.3f} at the end; reward margin {start['reward_margin']:.3f} -> "
                 f"{end['reward_margin']:.3f} ({end['n']} pairs of {end['pairs']})")
+
+
+class RMStage(Stage):
+    """RM's parts of the run lifecycle (rlft.runtime.lifecycle has the order)."""
+
+    def inputs(self) -> StageInputs:
+        """The pairs, TRL's objections, the tokenizer and the chat template: before anything is written."""
+        from rlft.models.loading import load_policy_tokenizer
+        from rlft.stages.common.preference import load_preference_data, pairs_as_chat
+
+        cfg = self.cfg
+        if cfg.model.init_from:
+            raise RunError("model.init_from: stage rm starts from model.name_or_path (a fresh score head); "
+                           "set model.init_from=null")
+        train_ds, eval_ds = load_preference_data(cfg)
+        rm_trl_config(cfg, cfg.train.output_dir or ".", self.composed)  # TRL's objections before the run folder
+        tok = load_policy_tokenizer(cfg)
+        (train_ds, eval_ds), chat_note = pairs_as_chat(cfg, [train_ds, eval_ds], tok)
+        return StageInputs(tokenizer=tok, train=train_ds, eval_rows=eval_ds, extra=dict(chat_note=chat_note))
+
+    def model(self, inputs: StageInputs):
+        return load_scorer(self.cfg)
+
+    def trainer(self, ctx, model, inputs: StageInputs):
+        from rlft.stages.common.preference import print_start
+        from rlft.trainers.reward import RlftRewardTrainer
+
+        cfg, train_ds = self.cfg, inputs.train
+        args = rm_trl_config(cfg, str(ctx.run.checkpoints), self.composed)
+        print_start(cfg, len(train_ds), cfg.rm.max_length, cfg.rm.max_length, (inputs.extra["chat_note"],))
+        trainer = RlftRewardTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=inputs.eval_rows,
+                                    processing_class=inputs.tokenizer, peft_config=scorer_lora(cfg, model),
+                                    callbacks=ctx.callbacks,
+                                    scoring={"chat": not isinstance(train_ds[0]["prompt"], str),
+                                             "max_length": args.max_length})
+        if len(trainer.train_dataset) < len(train_ds):
+            print(f"rlft: {len(train_ds) - len(trainer.train_dataset)} training pairs longer than "
+                  f"{args.max_length} tokens dropped (rm.max_length)", file=sys.stderr)
+        return trainer
+
+    def evaluator(self, ctx, trainer, inputs: StageInputs) -> PairwiseEval | None:
+        held = trainer.eval_dataset
+        if held is not None:
+            source = "data.eval"
+        else:
+            train = trainer.train_dataset
+            held, source = train.select(range(min(EVAL_PAIRS, len(train)))), "data.train"
+        if len(held) == 0:
+            return None
+        return PairwiseEval(held, inputs.tokenizer.pad_token_id, self.cfg.train.per_device_train_batch_size, source)
 
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:

@@ -1,5 +1,5 @@
 """RS-SFT's decision about one round of scored samples: which to keep (rlft.algos.keep_mask) and the round's
-metrics; the loop around it is rlft/stages/sampled_sft.py."""
+metrics; the loop around it is rlft/stages/common/sampled_sft.py."""
 
 from __future__ import annotations
 

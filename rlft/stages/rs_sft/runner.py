@@ -4,7 +4,7 @@ the keep rule picks (`rs_sft.keep`: each prompt's best above `reward_threshold`,
 it; at most `max_samples`, highest totals first), then fine-tune on the kept pairs with TRL's
 SFTTrainer (loss on completion tokens only). `rs_sft.rounds` repeats this from the updated policy.
 
-The loop, resume and run lifecycle are shared with AWR: rlft.stages.sampled_sft.
+The loop, resume and run lifecycle are shared with AWR: rlft.stages.common.sampled_sft.
 """
 
 from __future__ import annotations
@@ -16,6 +16,6 @@ from rlft.rundir.options import RunOptions
 
 def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.stages.rs_sft.decide import rs_sft_decide
-    from rlft.stages.sampled_sft import SampledSFT
+    from rlft.stages.common.sampled_sft import SampledSFT
 
     return SampledSFT(cfg, composed, opts, rs_sft_decide, "trl:SFTTrainer").run()

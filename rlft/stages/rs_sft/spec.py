@@ -1,5 +1,5 @@
 """RS-SFT: rejection-sampling fine-tuning (expert iteration): sample, keep the best by reward, SFT on them,
-in rounds; the loop is shared with AWR (rlft.stages.sampled_sft)."""
+in rounds; the loop is shared with AWR (rlft.stages.common.sampled_sft)."""
 
 from __future__ import annotations
 

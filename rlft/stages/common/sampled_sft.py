@@ -29,7 +29,6 @@ ones a single process draws (metrics' `sampling/prompts_per_rank`: the most prom
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -41,12 +40,9 @@ from rlft.config.schema import RlftConfig
 from rlft.rundir.folder import COMPLETE_MARKER
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
-from rlft.runtime.lifecycle import Stage, run_stage
+from rlft.runtime.lifecycle import PER_ROUND, Evaluation, Stage, StageInputs, run_stage
 from rlft.stages.common.rounds import training_pairs
 from rlft.stages.common.samples_log import SamplesLog
-
-STATE_FILE = "rounds.json"  # eval.start and the optimizer steps of finished rounds, for resume
-
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
     """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
@@ -77,26 +73,6 @@ def round_metrics_callback(metrics: dict, step_offset: int):
     return RoundMetrics()
 
 
-def rounds_state_problem(state) -> str | None:
-    """What is wrong with rounds.json's content ({"eval_start": {...}, "round_steps": {"1": 3, ...}}), or None."""
-    if not isinstance(state, dict):
-        return f"holds {type(state).__name__}, not an object"
-    if "eval_start" in state:
-        from rlft.rollout.eval_stats import eval_result_problem
-
-        start = state["eval_start"]
-        problem = eval_result_problem(start)
-        if problem is None and not isinstance(start.get("reward_mean"), (int, float)):
-            problem = "has no reward_mean"  # the eval line and the summary read it
-        if problem is not None:
-            return f"has an eval_start {'that' if problem.startswith(('is ', 'has ')) else 'whose'} {problem}"
-    steps = state.get("round_steps", {})
-    if not isinstance(steps, dict) or not all(
-            isinstance(k, str) and k.isdigit() and type(v) is int and v >= 0 for k, v in steps.items()):
-        return "has round_steps that are not {round number: optimizer steps}"
-    return None
-
-
 class RoundSampler:
     """A round's samples: every prompt's completions drawn and scored, one seeded generate call at a time (shared
     out over the ranks), appended to samples.jsonl, then the decided rows written to completions.jsonl."""
@@ -104,7 +80,7 @@ class RoundSampler:
     def __init__(self, cfg: RlftConfig, tokenizer, suite, ctx, log: SamplesLog, say: Callable):
         self.cfg, self.section = cfg, getattr(cfg, cfg.stage)
         self.n = self.section.num_samples_per_prompt
-        self.tokenizer, self.suite, self.ctx, self.log, self._say = tokenizer, suite, ctx, log, say
+        self.tokenizer, self.suite, self.ctx, self.log, self.say = tokenizer, suite, ctx, log, say
         self.step = 0  # reward_logs.jsonl rows of a round's sampling carry the step it starts at
         self.prompts_by_rank: list[int] = []  # prompts each process sampled in the last round
         from rlft.rollout.sampler import SamplerSettings, make_sampler
@@ -135,7 +111,7 @@ class RoundSampler:
         done = self.log.start_round(r) if ctx.rank == 0 else self.log.prompts_done(r)
         round_rows = [x for x in self.log.round_rows(r) if x["prompt_id"] < done]
         if done:
-            self._say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
+            self.say(f"round {r}: {done} of {len(prompts)} prompts already sampled; continuing after them")
         per_call = max(1, self.section.generation_batch_size // self.n)
         seed0 = self.cfg.train.seed + 1_000_003 * r
         starts = list(range(done, len(prompts), per_call))
@@ -171,7 +147,7 @@ class RoundSampler:
                     self.log.append(rows)
             if any(gather(ctx.interrupt.signal is not None, world)):  # a signal on any rank stops them all here
                 last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
-                self._say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
+                self.say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
                           f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
                 return 130, []  # rlft's one "interrupted, resumable" code, as for an interrupt while training
         return 0, round_rows
@@ -221,20 +197,88 @@ class RoundSampler:
 
 
 class SampledSFT(Stage):
-    """One RS-SFT / AWR run: its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order).
-    `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls_path` an SFTTrainer ("module:name")."""
+    """One RS-SFT / AWR run: its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order), resumed per
+    round. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls_path` an SFTTrainer
+    ("module:name")."""
 
-    own_resume = True  # one checkpoint folder per round: the loop picks its checkpoints itself
+    resume = PER_ROUND  # one checkpoint folder per round; rounds.json keeps eval.start and the rounds' steps
 
     def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable, trainer_cls_path: str):
         super().__init__(cfg, composed, opts)
-        self.section = getattr(cfg, cfg.stage)
-        self.decide = decide
-        self.trainer_cls_path = trainer_cls_path
-        self.rounds = self.section.rounds
-        self.n = self.section.num_samples_per_prompt
+        self.decide, self.trainer_cls_path = decide, trainer_cls_path
 
-    # -- paths and state -------------------------------------------------------------------------
+    def run(self) -> int:
+        return run_stage(self)
+
+    def inputs(self) -> StageInputs:
+        """TRL's objections, rewards, tokenizer and checked prompt data, before the run folder exists (exit 2)."""
+        from rlft.stages.common.prompt_data import sampling_inputs
+
+        sft_trl_config(self.cfg, self.cfg.train.output_dir or ".", self.composed)
+        inputs = sampling_inputs(self.cfg, self.composed)
+        inputs.suite.capture_logs(self.cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
+        return inputs
+
+    def trainer(self, ctx, model, inputs: StageInputs) -> "Rounds":
+        return Rounds(self, ctx, model, inputs)
+
+    def evaluator(self, ctx, rounds: "Rounds", inputs: StageInputs) -> Evaluation | None:
+        return None if not inputs.eval_rows else RoundsEval(rounds, inputs.eval_rows)
+
+
+class RoundsEval(Evaluation):
+    """eval.start / eval.end of the rounds: fresh samples of the evaluation prompts (`Rounds.evaluate`)."""
+
+    def __init__(self, rounds: "Rounds", rows: list[dict]):
+        self.rounds = rounds
+        self.prompts = [r["prompt"] for r in rows]
+        self.columns = {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}
+
+    def evaluate(self, model, step: int) -> dict:
+        return self.rounds.evaluate(model, self.prompts, self.columns, step)
+
+    def start_model(self, rounds):
+        return rounds.model
+
+    def end_model(self, rounds, code: int) -> tuple | None:
+        return (rounds.model, rounds.steps) if code == 0 else None
+
+    def started(self, result: dict) -> None:
+        self.rounds.say(f"eval.start: mean reward {result['reward_mean']} over {result['n']} samples")
+
+    def line(self, ctx) -> str | None:
+        if "end" not in ctx.eval:
+            return None
+        return (f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
+                f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
+
+
+class Rounds:
+    """The rounds of one run (the trainer of a per-round stage): sample -> score -> decide -> SFT, from the first
+    round not yet trained, its policy as that round starts it (trained rounds' adapter loaded on --resume)."""
+
+    def __init__(self, stage: SampledSFT, ctx, model, inputs: StageInputs):
+        cfg = self.cfg = stage.cfg
+        self.composed, self.opts, self.decide, self.trainer_cls_path = (stage.composed, stage.opts, stage.decide,
+                                                                        stage.trainer_cls_path)
+        self.section = getattr(cfg, cfg.stage)
+        self.rounds, self.n = self.section.rounds, self.section.num_samples_per_prompt
+        self.ctx, self.tokenizer, self.dataset = ctx, inputs.tokenizer, inputs.train
+        self.suite, self.eval_suite = inputs.suite, inputs.eval_suite
+        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        if self.opts.resume and ctx.run.final.is_dir():
+            raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
+        self.log = SamplesLog(ctx.run.samples, self.n)
+        self.sampler = RoundSampler(cfg, self.tokenizer, self.suite, ctx, self.log, self.say)
+        ctx.rounds  # noqa: B018 - rounds.json read now: a damaged one stops the run before anything samples
+        self.first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
+        self.model = model
+        if self.first > 1:
+            self.model = self._load_adapter(model, self.adapter_dir(self.first - 1))
+            self.say(f"resuming at round {self.first} of {self.rounds} (rounds before it are trained)")
+        self.steps = 0  # optimizer steps over all rounds
+
+    # -- paths -----------------------------------------------------------------------------------
     def ckpt_dir(self, r: int) -> Path:
         return self.ctx.run.checkpoints if self.rounds == 1 else self.ctx.run.checkpoints / f"round-{r}"
 
@@ -246,99 +290,15 @@ class SampledSFT(Stage):
             return self.ctx.run.final.is_dir()
         return (self.adapter_dir(r) / COMPLETE_MARKER).is_file()
 
-    def _state(self) -> dict:
-        path = self.ctx.run.root / STATE_FILE
-        if not path.is_file():
-            return {}
-        try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            problem = f"does not read as JSON ({type(exc).__name__})"
-        else:
-            problem = rounds_state_problem(state)
-        if problem:  # the finished rounds' step counts cannot be guessed: said in one line, nothing trained yet
-            raise RunError(f"cannot resume: {path} {problem}. It records the start eval and the optimizer steps of "
-                           f"finished rounds: restore it, or start over with --overwrite")
-        return state
-
-    def _save_state(self, state: dict) -> None:
-        if self.ctx.rank == 0:
-            (self.ctx.run.root / STATE_FILE).write_text(json.dumps(state, indent=1))
-
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self.ctx.rank == 0:
             print(f"rlft: {text}", file=sys.stderr, flush=True)
 
-    # -- the lifecycle's parts -------------------------------------------------------------------
-    def run(self) -> int:
-        return run_stage(self)
-
-    def check_inputs(self) -> None:
-        """TRL's objections, rewards, tokenizer and checked prompt data, before the run folder exists (exit 2)."""
-        from rlft.models.loading import load_policy_tokenizer
-        from rlft.stages.common.prompt_data import (eval_prompt_set, eval_reward_suite, prepare_prompts,
-                                                    prompt_set, reward_suite)
-
-        cfg = self.cfg
-        sft_trl_config(cfg, cfg.train.output_dir or ".", self.composed)
-        self.suite = reward_suite(cfg, self.composed)
-        self.eval_suite = eval_reward_suite(cfg, self.composed)  # eval.rewards: scored on eval samples only
-        self.suite.capture_logs(cfg.monitor.reward_logs)  # what rewards print -> reward_logs.jsonl
-        self.tokenizer = load_policy_tokenizer(cfg)
-        self.dataset, rows = prepare_prompts(cfg, self.tokenizer, prompt_set(cfg, self.suite),
-                                             eval_prompt_set(cfg, self.suite))
-        self.eval_set = ([r["prompt"] for r in rows], {c: [r[c] for r in rows] for c in rows[0] if c != "prompt"}) \
-            if rows else None
-
-    def build(self, ctx) -> None:
-        """The policy as the first round to run starts it: trained rounds' adapter loaded on --resume."""
-        from rlft.models.loading import load_policy
-
-        self.ctx = ctx
-        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
-        if self.opts.resume and ctx.run.final.is_dir():
-            raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
-        self.model = load_policy(self.cfg)
-        self.log = SamplesLog(ctx.run.samples, self.n)
-        self.sampler = RoundSampler(self.cfg, self.tokenizer, self.suite, ctx, self.log, self._say)
-        self.state = self._state()
-        self.first = next((r for r in range(1, self.rounds + 1) if not self.round_trained(r)), self.rounds + 1)
-        if self.first > 1:
-            self.model = self._load_adapter(self.model, self.adapter_dir(self.first - 1))
-            self._say(f"resuming at round {self.first} of {self.rounds} (rounds before it are trained)")
-
-    def evaluator(self, ctx):
-        return None if self.eval_set is None else self
-
-    def evaluate(self, model, step: int) -> dict:
-        return self._evaluate(model, *self.eval_set, step)
-
-    def resumed_eval_start(self, ctx) -> dict | None:
-        return self.state.get("eval_start")  # measured before the first round, kept in rounds.json
-
-    def eval_started(self, ctx, result: dict) -> None:
-        if "eval_start" not in self.state:
-            self.state["eval_start"] = result
-            self._say(f"eval.start: mean reward {result['reward_mean']} over {result['n']} samples")
-            self._save_state(self.state)
-
-    def start_model(self):
-        return self.model
-
-    def end_model(self) -> tuple:
-        return self.model, self.steps
-
-    def eval_line(self, ctx) -> str | None:
-        if "end" not in ctx.eval:
-            return None
-        return (f"eval.end: mean reward {ctx.eval['end']['reward_mean']} (start "
-                f"{ctx.eval.get('start', {}).get('reward_mean')}) over {ctx.eval['end']['n']} samples")
-
-    def train(self, ctx) -> int:
-        """The rounds: sample -> score -> decide -> SFT, from the first round not yet trained."""
-        dataset, first, state = self.dataset, self.first, self.state
-        round_steps_done = state.setdefault("round_steps", {})  # optimizer steps of each trained round
-        steps = self.steps = sum(v for k, v in round_steps_done.items() if int(k) < first)
+    # -- the rounds ------------------------------------------------------------------------------
+    def train_rounds(self, ctx) -> int:
+        """The rounds: sample -> score -> decide -> SFT, from the first round not yet trained; the exit code."""
+        dataset, first = self.dataset, self.first
+        steps = self.steps = sum(v for k, v in ctx.rounds.get("round_steps", {}).items() if int(k) < first)
         ctx.steps = steps
 
         prompts = list(dataset["prompt"])
@@ -347,7 +307,7 @@ class SampledSFT(Stage):
             if self.log.decided(r):
                 decided = self.log.round_rows(r)
                 metrics = self.decide(decided, self.section, r)[1]
-                self._say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
+                self.say(f"round {r}: {len(decided)} samples already scored; training without sampling again")
             else:
                 self.sampler.step = steps
                 code, rows = self.sampler.sample_round(r, self.model, prompts, columns)
@@ -359,14 +319,13 @@ class SampledSFT(Stage):
                 if ctx.rank == 0:
                     self.log.decide(r, decided)
                     self.sampler.log_completions(r, decided, steps)
-            self._say(self._round_line(r, metrics))
+            self.say(self._round_line(r, metrics))
             code, self.model, round_steps = self._train_round(r, self.model, decided, metrics, steps)
             steps = self.steps = steps + round_steps
             ctx.steps = steps
             if code:
                 return code
-            round_steps_done[str(r)] = round_steps
-            self._save_state(state)
+            ctx.round_done(r, round_steps)
         return 0
 
     def _round_line(self, r: int, m: dict) -> str:
@@ -378,7 +337,7 @@ class SampledSFT(Stage):
             line += f"; prompts sampled per process {'/'.join(map(str, by_rank))}"
         return line
 
-    def _evaluate(self, model, prompts: list, columns: dict, step: int | None = None) -> dict:
+    def evaluate(self, model, prompts: list, columns: dict, step: int | None = None) -> dict:
         """Mean total reward of fresh samples (not counted toward the reward-failure guard; `eval:` over the
         stage's defaults: num_samples_per_prompt samples at the rounds' settings), `generation_batch_size`
         completions per generate call as in the rounds; every rank calls it (each samples a share of the prompts).
@@ -439,17 +398,9 @@ class SampledSFT(Stage):
         trainer = trainer_cls(model=model, args=sft_trl_config(self.cfg, str(out), self.composed),
                               train_dataset=Dataset.from_list(training_pairs(decided)), processing_class=self.tokenizer,
                               peft_config=peft, callbacks=[round_metrics_callback(metrics, step_offset),
-                                                           *ctx.callbacks()])
-        ctx.resume_from = ctx.newest_checkpoint(out) if self.opts.resume else None
-        if ctx.resume_from is not None:
-            self._say(f"round {r}: resuming training from {ctx.resume_from.name}")
-        if self.opts.resume and ctx.rank == 0:  # steps after the resume point run again and log anew
-            from rlft.rundir.folder import checkpoint_step
-            from rlft.runtime import drop_rows_after
-
-            done = step_offset + (checkpoint_step(ctx.resume_from) if ctx.resume_from is not None else 0)
-            for path in (ctx.run.metrics, ctx.run.health):
-                drop_rows_after(path, done)
+                                                           *ctx.new_callbacks()])
+        if ctx.resume_round(out, step_offset) is not None:
+            self.say(f"round {r}: resuming training from {ctx.resume_from.name}")
         code = ctx.train(trainer, self.tokenizer, final=r == self.rounds)
         # the total is known only in the last round (each round's size follows from its samples)
         ctx.max_steps = step_offset + trainer.state.max_steps if r == self.rounds and trainer.state.max_steps else None

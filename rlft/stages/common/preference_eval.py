@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 
 from rlft.config.schema import RlftConfig
+from rlft.runtime.lifecycle import Evaluation
 
 SAMPLES_PER_PROMPT = 4  # a preference stage has no group size of its own; a few samples per prompt steady the mean
 
 
-class PreferenceEval:
+class PreferenceEval(Evaluation):
     """`PreferenceEval.prepare(cfg, composed, train_ds, eval_ds)` before the run folder (bad rewards or missing
-    reward columns: RunError, exit 2); `.ready(tokenizer, source, ctx)` the run lifecycle's evaluator (or None),
-    `.add_accuracy(trainer, ctx)` and `.line(ctx)` after a finished run."""
+    reward columns: RunError, exit 2); `.ready(tokenizer, source, ctx)` the run lifecycle's evaluator (it samples
+    nothing without evaluation rows), `.ended` (the held-out accuracy) and `.line(ctx)` after a finished run."""
 
     def __init__(self, cfg: RlftConfig, suite, source, extra_suite=None):
         self.cfg, self.suite, self.source = cfg, suite, source  # source: the preference rows the prompts come from
@@ -58,20 +59,22 @@ class PreferenceEval:
 
         return EvalSettings(n=SAMPLES_PER_PROMPT, max_new_tokens=self.max_new_tokens, temperature=1.0, top_p=1.0)
 
-    def ready(self, tokenizer, source, ctx) -> "PreferenceEval | None":
-        """The evaluator of eval.start / eval.end once the tokenizer and the run folder exist, or None without
-        evaluation rows. eval.start is measured from the policy as this stage starts it: on --resume the trainer
-        still holds that policy then (the checkpoint loads when training begins), so the same seed measures the
-        same number again."""
+    def ready(self, tokenizer, source, ctx) -> "PreferenceEval":
+        """The evaluator of eval.start / eval.end once the tokenizer and the run folder exist (no numbers without
+        evaluation rows: the held-out accuracy alone, with data.eval). eval.start is measured from the policy as this
+        stage starts it: on --resume the trainer still holds that policy then (the checkpoint loads when training
+        begins), so the same seed measures the same number again."""
         self.tokenizer, self.eval_rows = tokenizer, self.rows(source)
         self.completions = ctx.run.eval_completions  # each evaluation's samples, as `eval-<i>` rows
-        if not self.eval_rows:
-            return None
-        self.max_new_tokens = self.answer_budget(tokenizer, source)
+        if self.eval_rows:
+            self.max_new_tokens = self.answer_budget(tokenizer, source)
         return self
 
-    def evaluate(self, model, step: int) -> dict:
-        return self._evaluate(model, self.eval_rows, step)
+    def evaluate(self, model, step: int) -> dict | None:
+        return self._evaluate(model, self.eval_rows, step) if self.eval_rows else None
+
+    def ended(self, ctx, trainer) -> None:
+        self.add_accuracy(trainer, ctx)
 
     def answer_budget(self, tokenizer, source) -> int:
         """New tokens per eval sample, said in one line: `eval.max_new_tokens`, `<stage>.eval_max_new_tokens`, else the
