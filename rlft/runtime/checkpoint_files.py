@@ -180,7 +180,6 @@ def rlft_state_problem(path: Path) -> str | None:
     start = data.get("trainer", {}).get("eval_start")
     if start is not None and not isinstance(start, dict):
         return f"{path.name}: trainer.eval_start is {value_kind(start)}, not an object"
-    from rlft.rollout.eval_stats import eval_result_problem
 
     problem = eval_result_problem(start) if start is not None else None
     return f"{path.name}: trainer.eval_start {problem}" if problem else None
@@ -224,3 +223,28 @@ def seal_checkpoint(path: Path, state: dict) -> None:
     """rlft's state, then the completion marker, last: a resume only trusts marked checkpoints."""
     (path / RLFT_STATE).write_text(json.dumps(state))
     (path / COMPLETE_MARKER).write_text("ok\n")
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", float: "a number", int: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def eval_result_problem(result) -> str | None:
+    """What makes a stored evaluation result (an eval start kept in a checkpoint for a resume) other than what
+    `evaluate` returns: a part that is not an object, a mean that is not a number, a count that is not one; None
+    when it reads as one. Said after the file's name by the caller."""
+    if not isinstance(result, dict):
+        return f"is {_kind(result)}, not an object"
+    for key in ("reward_mean", "pass_at_k", "prompt_std", "success_rate", "episode_length", "preference_accuracy"):
+        value = result.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return f"{key} is {_kind(value)}, not a number"
+    for key in ("n", "k", "prompts", "unscored"):
+        value = result.get(key)
+        if value is not None and (type(value) is not int or value < 0):
+            return f"{key} is {_kind(value)} {value!r:.20}, not a count"
+    for key in ("per_reward", "reward_failures", "sampling"):
+        if key in result and not isinstance(result[key], dict):
+            return f"{key} is {_kind(result[key])}, not an object"
+    return None

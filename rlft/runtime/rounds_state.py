@@ -17,7 +17,7 @@ def rounds_state_problem(state) -> str | None:
     if not isinstance(state, dict):
         return f"holds {type(state).__name__}, not an object"
     if "eval_start" in state:
-        from rlft.rollout.eval_stats import eval_result_problem
+        from rlft.runtime.checkpoint_files import eval_result_problem
 
         start = state["eval_start"]
         problem = eval_result_problem(start)
