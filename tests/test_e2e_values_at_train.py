@@ -50,3 +50,23 @@ def test_damaged_weights_are_one_line_naming_the_file_and_leave_no_run_folder(st
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(damaged_model / "model.safetensors") in errors[0], res.stderr[-2000:]
     assert not out.exists()
+
+
+def test_a_damaged_torch_bin_is_one_line_naming_the_file(tmp_path):
+    """Weights saved in torch's `.bin` format (older checkpoints) and cut short: one line, exit 2, no folder."""
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "model"
+    assert run_cli("tiny-model", folder).returncode == 0
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    weights = folder / "pytorch_model.bin"
+    weights.write_bytes(weights.read_bytes()[:-200])
+    out = tmp_path / "run"
+    res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", DEMO, f"model.name_or_path={folder}",
+                  f"train.output_dir={out}", "train.max_steps=1", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(weights) in errors[0], res.stderr[-2000:]
+    assert not out.exists()

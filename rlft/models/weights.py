@@ -41,8 +41,10 @@ def torch_dtype(cfg: RlftConfig):
 
 
 def damaged_weights(folder: str | Path) -> str | None:
-    """What is wrong with the first `*.safetensors` file of a local `folder` whose header or size safetensors
-    refuses (cut short, overwritten), as `FILE: why`; None when every one reads (or the folder is no local one)."""
+    """What is wrong with the first weights file of a local `folder` that does not read (cut short, overwritten):
+    a `*.safetensors` whose header or size safetensors refuses, or a `*.bin` (torch's zip format) whose archive
+    does not open or whose members fail their checksums, as `FILE: why`; None when every one reads (or the folder
+    is no local one). Called after a load failed, so reading a `.bin` through once costs nothing extra."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
@@ -55,7 +57,22 @@ def damaged_weights(folder: str | Path) -> str | None:
         except Exception as exc:  # safetensors raises its own SafetensorError (and OSError for unreadable files)
             text = " ".join(str(exc).split()) or type(exc).__name__
             return f"{file}: {text}"
+    for file in sorted(folder.glob("*.bin")):
+        if (problem := _damaged_zip(file)) is not None:
+            return f"{file}: {problem}"
     return None
+
+
+def _damaged_zip(file: Path) -> str | None:
+    """Why a torch-saved `.bin` (a zip archive since torch 1.6) does not read, or None."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()  # every member's CRC: catches bytes overwritten in the middle
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        return " ".join(str(exc).split()) or type(exc).__name__
+    return None if bad is None else f"member {bad} fails its checksum"
 
 
 def _damaged(path: str | Path, exc: BaseException, what: str = "model") -> ModelLoadError | None:
