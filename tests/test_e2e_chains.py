@@ -64,6 +64,25 @@ def test_the_chain_is_recorded_by_absolute_path_and_found_from_any_folder(chain,
     assert res.returncode == 0 and res.stdout == here.stdout, res.stderr[-2000:]
 
 
+def test_a_moved_runs_tree_still_finds_its_chain_by_hash(chain, tmp_path):
+    """B records A by absolute path; the whole tree moved (the old path gone): A is found beside B by its recorded
+    hash, and a folder of that name holding another config is refused, naming the hashes."""
+    moved = tmp_path / "moved"
+    shutil.copytree(chain, moved, symlinks=True)  # B's config.yaml still names the old A
+    b = moved / "runs" / "b"
+    old = chain / "runs" / "a"
+    aside = chain / "runs" / "a-aside"
+    old.rename(aside)  # the recorded path is gone, as after a move
+    try:
+        res = _generate(b, tmp_path)
+        assert res.returncode == 0, res.stderr[-2000:]
+        (moved / "runs" / "a" / "config.yaml").open("a").write("# another run's settings\n")
+        res = _generate(b, tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr and "hash" in res.stderr, res.stderr[-2000:]
+    finally:
+        aside.rename(old)
+
+
 def test_a_relative_chain_an_older_rlft_recorded_never_picks_a_foreign_run(chain, tmp_path):
     """A config.yaml with the working-folder-relative init_from older rlft wrote: found from the run folder's own
     tree, by its recorded hash; a run of that name in the current folder holding another config is never used."""

@@ -52,15 +52,19 @@ def has_adapter(root: Path) -> bool:
     return (root / "final" / "adapter_config.json").is_file()
 
 
-def _candidates(root: Path, parent: str) -> list[Path]:
-    """Where the run `root` started from may be, as its config.yaml records it: an absolute path as it is; a relative
-    one (older rlft kept it as given, relative to the folder the run was started in: a pipeline's working folder) from
-    each folder above the run folder, nearest first, then from the current folder."""
+def _candidates(root: Path, parent: str, moved: bool) -> list[Path]:
+    """Where the run `root` started from may be, as its config.yaml records it: an absolute path as it is, and with
+    `moved` (the caller checks the recorded hash, so a wrong folder cannot pass) the same run after the runs tree was
+    moved or copied: the recorded path's last parts (`01-grpo`, `p/01-grpo`, ...) under each folder above the run
+    folder, nearest first. A relative one (older rlft kept it as given, relative to the folder the run was started
+    in: a pipeline's working folder) from each folder above the run folder, nearest first, then from the current
+    folder."""
     recorded = run_root(parent)
+    above = list(Path(os.path.abspath(root)).parents)
     if recorded.is_absolute():
-        return [recorded]
-    above = [Path(a) / recorded for a in Path(os.path.abspath(root)).parents]
-    return list(dict.fromkeys([*above, Path(os.path.abspath(recorded))]))
+        tails = [Path(*recorded.parts[-k:]) for k in range(1, len(recorded.parts) - 1)] if moved else []
+        return list(dict.fromkeys([recorded, *(a / tail for tail in tails for a in above)]))
+    return list(dict.fromkeys([*(a / recorded for a in above), Path(os.path.abspath(recorded))]))
 
 
 def locate_parent(root: Path, model_cfg: dict) -> Path | None:
@@ -75,11 +79,12 @@ def locate_parent(root: Path, model_cfg: dict) -> Path | None:
     if not isinstance(parent, str):
         raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
     recorded = model_cfg.get("init_config_hash")
-    found = [c for c in _candidates(root, parent) if (c / "config.yaml").is_file()]
+    hashed = isinstance(recorded, str) and bool(recorded)
+    found = [c for c in _candidates(root, parent, moved=hashed) if (c / "config.yaml").is_file()]
     if not found:
         raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
                          f"without it")
-    if not isinstance(recorded, str) or not recorded:
+    if not hashed:
         return found[0]
     hashes = {}
     for candidate in found:
