@@ -100,6 +100,24 @@ def test_scores_number_and_label_replies(server):
     assert judge(server, ["zz", "ab"], labels={"good": 1.0, "bad": 0.0}, score=None) == [1.0, 0.0]
 
 
+def test_extra_body_goes_into_each_request_and_its_cache_key(server):
+    server.reset("label")
+    extra = {"structured_outputs": {"choice": ["good", "bad"]}, "seed": 7}
+    assert judge(server, ["zz", "ab"], labels={"good": 1.0, "bad": 0.0}, score=None, extra_body=extra) == [1.0, 0.0]
+    assert all(b["structured_outputs"] == {"choice": ["good", "bad"]} and b["seed"] == 7 for b in server.bodies)
+    assert all(b["model"] == "judge" and len(b["messages"]) == 1 for b in server.bodies)
+    key = lj.cache_key("m", None, "t", "msg")
+    assert lj.cache_key("m", None, "t", "msg", None) == key  # caches written without it stay valid
+    assert lj.cache_key("m", None, "t", "msg", {"seed": 7}) != key
+    assert lj.cache_key("m", None, "t", "msg", {"a": 1, "b": 2}) == \
+        lj.cache_key("m", None, "t", "msg", {"b": 2, "a": 1})
+    good = settings(server, labels={"good": 1, "bad": 0}, score=None)
+    for extra, said in (([1], "must map request fields"), ({"messages": []}, "sets messages"),
+                        ({"model": "x", "n": 2}, "sets model, n"), ({"x": object()}, "plain JSON")):
+        problems = check_reward_kwargs("llm_judge", {**good, "extra_body": extra})
+        assert len(problems) == 1 and said in problems[0][1], (extra, problems)
+
+
 def test_retries_500s_with_backoff_then_succeeds(server):
     server.reset("flaky", failures=2)
     j = lj.judge_for(settings(server, concurrency=1, backoff_s=0.5))

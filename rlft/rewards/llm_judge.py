@@ -9,13 +9,16 @@ completion.
         api_key_env: JUDGE_API_KEY         # the variable holding the key; the key itself is never written anywhere
         template: "Question: {prompt}\\nAnswer: {completion}\\nReference: {answer}\\nScore 0-10:"
         score: {kind: number, min: 0, max: 10}   # or labels: {good: 1.0, bad: 0.0}
+        extra_body: {structured_outputs: {choice: [good, bad]}}   # optional: more request fields, as given
 
 Each completion is one request (`template` filled with `{prompt}`, `{completion}` and any dataset column), at
 most `concurrency` at once, each with `timeout_s` per try and `retries` more tries, `backoff_s` doubling, on
 429, 5xx, timeouts and dropped connections (never on 400/401: trying again cannot help). The reply's text is
-parsed into a score in [0, 1]: the first number, in [min, max], scaled; or the label that appears first. Replies
-are cached by (model, system, template, filled-in message) in `<run>/judge_cache.jsonl` (append-only; the parser
-reads the cached reply, so changing it costs nothing), so a resumed or repeated run pays for no judgement twice.
+parsed into a score in [0, 1]: the first number, in [min, max], scaled; or the label that appears first.
+`extra_body` adds request fields as given (a vLLM server's `structured_outputs: {choice: [...]}` makes the judge
+answer one of the labels). Replies are cached by (model, system, template, filled-in message, extra_body when set)
+in `<run>/judge_cache.jsonl` (append-only; the parser reads the cached reply, so changing it costs nothing), so a
+resumed or repeated run pays for no judgement twice.
 
 A completion whose judgement failed (bad reply, retries spent) gets no score and is counted in
 `rewards/<name>/errors` like any reward failure; a judge that cannot be reached or rejects the key fails the
@@ -47,7 +50,9 @@ CACHE_FILE = "judge_cache.jsonl"
 # the fields a template may always use; every other `{name}` is a dataset column
 BUILT_IN_FIELDS = ("prompt", "completion")
 DEFAULTS: dict[str, Any] = {"concurrency": 4, "timeout_s": 30.0, "retries": 3, "backoff_s": 1.0, "max_tokens": 64,
-                            "temperature": 0.0, "system": None, "cache": True}
+                            "temperature": 0.0, "system": None, "cache": True, "extra_body": None}
+# request fields rlft fills itself: extra_body cannot replace them
+RESERVED_BODY = ("model", "messages", "stream", "n")
 ALLOWED = ("base_url", "model", "api_key_env", "template", "score", "labels", *DEFAULTS)
 _MAX_BACKOFF_S = 60.0
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
@@ -140,6 +145,19 @@ def check_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
         problems.append(f"kwargs.system must be text (the judge's system message), got {kwargs['system']!r}")
     if not isinstance(kwargs.get("cache", True), bool):
         problems.append(f"kwargs.cache must be true or false, got {kwargs['cache']!r}")
+    extra = kwargs.get("extra_body")
+    if extra is not None:
+        if not isinstance(extra, Mapping):
+            problems.append(f"kwargs.extra_body must map request fields to values (e.g. vLLM's structured_outputs: "
+                            f"{{choice: [good, bad]}}), got {extra!r}")
+        elif clash := sorted(set(map(str, extra)) & set(RESERVED_BODY)):
+            problems.append(f"kwargs.extra_body sets {', '.join(clash)}, which rlft fills itself (one reply per "
+                            f"request, from kwargs.model and the template)")
+        else:
+            try:
+                json.dumps(extra)
+            except (TypeError, ValueError) as exc:
+                problems.append(f"kwargs.extra_body must be plain JSON values: {exc}")
     return problems
 
 
@@ -226,10 +244,15 @@ class ReplyCache:
                     f.write(json.dumps({"key": key, "reply": reply}, ensure_ascii=False) + "\n")
 
 
-def cache_key(model: str, system: str | None, template: str, message: str) -> str:
+def cache_key(model: str, system: str | None, template: str, message: str, extra_body: Mapping | None = None) -> str:
+    """The reply cache's key; `extra_body` (which can constrain the reply) joins it only when set, so caches written
+    without it stay valid."""
     import hashlib  # here: OpenSSL loads only when a judge runs, not for every validate-config
 
-    return hashlib.sha256(json.dumps([model, system, template, message], ensure_ascii=False).encode()).hexdigest()
+    parts: list[Any] = [model, system, template, message]
+    if extra_body:
+        parts.append(json.loads(json.dumps(extra_body, sort_keys=True)))
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
 # -- HTTP ----------------------------------------------------------------------------------------------------------
@@ -332,6 +355,7 @@ class Judge:
         body = {"model": s["model"], "temperature": s["temperature"], "max_tokens": int(s["max_tokens"]),
                 "messages": ([{"role": "system", "content": s["system"]}] if s["system"] else [])
                 + [{"role": "user", "content": message}]}
+        body.update(s["extra_body"] or {})  # e.g. vLLM's structured_outputs, OpenAI's response_format
         for attempt in range(int(s["retries"]) + 1):
             self._count("requests")
             try:
@@ -346,7 +370,7 @@ class Judge:
 
     def judge_one(self, message: str) -> str:
         s = self.settings
-        key = cache_key(s["model"], s["system"], s["template"], message)
+        key = cache_key(s["model"], s["system"], s["template"], message, s["extra_body"])
         if s["cache"]:
             cached = self.cache.get(key)
             if cached is not None:
