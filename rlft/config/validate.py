@@ -180,9 +180,7 @@ def _stage_checks(c: Composed, problems: list[Problem], for_train: bool, check_f
 
 
 def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_files: bool = True) -> None:
-    d = c.data
-    g = lambda p: _get(d, p)  # noqa: E731
-    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    """Rules across keys: each stage's own (its spec's checks, every section's), then the shared ones by topic."""
     spec = STAGE_SPECS[c.stage]
     checks = _stage_checks(c, problems, for_train, check_files)
     for other in STAGE_SPECS.values():  # every section stays consistent in itself, whichever stage runs
@@ -196,6 +194,18 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     from rlft.config.sampling import check_sampling
 
     check_sampling(checks)
+    _run_shape_checks(c, problems)
+    _precision_and_model_checks(c, problems)
+    _hardware_checks(c, problems)
+    _data_checks(c, problems, for_train)
+
+
+def _run_shape_checks(c: Composed, problems: list[Problem]) -> None:
+    """Reward reloading, streaming/async beside processes, the chat template's reserved names."""
+    d = c.data
+    g = lambda p: _get(d, p)  # noqa: E731
+    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    spec = STAGE_SPECS[c.stage]
     if g("monitor.reward_hot_reload") is True and (not spec.reloads_rewards or g("env.name")):
         reloads = " and ".join(s.name.upper() for s in STAGE_SPECS.values() if s.reloads_rewards)
         err("monitor.reward_hot_reload", f"hot reload acts on reward functions scored each step of {reloads}; "
@@ -212,6 +222,14 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
         if name in RESERVED_TEMPLATE_KWARGS:
             err("data.chat_template_kwargs", f"`{name}` is a name the chat template renderer passes itself; template "
                                              f"variables may not use any of: {', '.join(RESERVED_TEMPLATE_KWARGS)}")
+
+
+def _precision_and_model_checks(c: Composed, problems: list[Problem]) -> None:
+    """Precision, LoRA, the reference model and the prompt length."""
+    d = c.data
+    g = lambda p: _get(d, p)  # noqa: E731
+    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    spec = STAGE_SPECS[c.stage]
     if g("train.bf16") is True and g("train.fp16") is True:
         err("train.fp16", "train.bf16 and train.fp16 are both true; pick one precision")
     if g("hw.device") == "mps" and g("train.bf16") is True:
@@ -232,6 +250,14 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     if section and f"{section}.max_prompt_length" in SPECS and f"{section}.max_length" in SPECS:
         # within the effective max_length (capped by train.max_seq_length): an error when the user set it, else derived
         check_prompt_length(c, section, g, problems)
+
+
+def _hardware_checks(c: Composed, problems: list[Problem]) -> None:
+    """Processes, machines, health thresholds, the device this machine has, the sequence budget."""
+    d = c.data
+    g = lambda p: _get(d, p)  # noqa: E731
+    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    spec = STAGE_SPECS[c.stage]
     # hardware and processes
     strategy, nproc = g("hw.distributed_strategy"), g("hw.num_processes")
     if isinstance(nproc, int) and nproc > 1 and strategy == "none":
@@ -275,6 +301,14 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
     if isinstance(msl, int) and isinstance(mt, int) and mt >= msl:
         err("train.max_seq_length", f"{msl} leaves no room for the prompt: {sec}.max_tokens ({mt}) of it are "
             f"the completion; raise train.max_seq_length or lower {sec}.max_tokens")
+
+
+def _data_checks(c: Composed, problems: list[Problem], for_train: bool) -> None:
+    """Training data and rewards: a warning while checking profiles, an error when training."""
+    d = c.data
+    g = lambda p: _get(d, p)  # noqa: E731
+    err = lambda key, msg, level="error": problems.append(Problem(key, c.layer_of(key), msg, level))  # noqa: E731
+    spec = STAGE_SPECS[c.stage]
     # data and rewards: a warning while checking profiles, an error when training
     level = "error" if for_train else "warning"
     env = g("env.name")
@@ -287,7 +321,6 @@ def _cross_field(c: Composed, problems: list[Problem], for_train: bool, check_fi
         # `rewards:` left empty in the user's own file is no profile being checked: an error there too
         err("rewards", f"stage `{c.stage}` samples completions and needs at least one reward function",
             "error" if c.set_by_user("rewards") else level)
-
 
 # control characters: C0 (line feed, carriage return, tab, ...), DEL, C1, and Unicode's line/paragraph separators
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
