@@ -145,51 +145,9 @@ def load_pipeline(path: str | Path) -> Pipeline:
     named: dict[str, tuple[int, str]] = {}  # stage name -> (position, line) of the first entry of that name
     for i, item in enumerate(raw, start=1):
         item_node = seq.value[i - 1] if isinstance(seq, yaml.SequenceNode) else None
-        where = f"{shown}:{item_node.start_mark.line + 1}" if item_node is not None else shown
-        if not isinstance(item, dict) or not isinstance(item.get("stage"), str):
-            problems.append(Problem(f"stages[{i}]", where, f"each stage needs `stage:` (one of {', '.join(STAGES)})"))
-            continue
-        stage, hw = item["stage"], item.get("hw")
-        if stage not in STAGES:
-            problems.append(Problem(f"stages[{i}].stage", where, f"unknown stage `{stage}`; expected one of "
-                                                                 f"{', '.join(STAGES)}"))
-            continue
-        if hw is not None and hw not in HARDWARE:
-            problems.append(Problem(f"stages[{i}].hw", where, f"unknown hardware profile `{hw}`; expected one of "
-                                                              f"{', '.join(HARDWARE)}"))
-            continue
-        files = item.get("config") or []
-        files = [files] if isinstance(files, str) else files
-        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            problems.append(Problem(f"stages[{i}].config", where, "must be a file name or a list of file names"))
-            continue
-        bad = check_name(str(item["name"]), f"stages[{i}].name") if "name" in item else None
-        if bad:
-            problems.append(Problem(f"stages[{i}].name", where, bad))
-            continue
-        name = str(item.get("name") or stage)
-        if name.isdigit():  # `stages.2.KEY=VALUE` means stage 2
-            problems.append(Problem(f"stages[{i}].name", where, f"`{name}` reads as a stage number in "
-                                                                 "stages.<number or name>.KEY=VALUE; give a name with "
-                                                                 "a letter in it"))
-            continue
-        if name in named:  # `stages.<name>.KEY=VALUE` would change only the first of them
-            first, first_where = named[name]
-            how = "its `name:`" if "name" in item else f"its stage (`{stage}`), as it has no `name:`"
-            problems.append(Problem(f"stages[{i}].name", where, f"stage {i} is named `{name}` ({how}), as is stage "
-                                                                 f"{first} ({first_where}): stage names must differ, "
-                                                                 f"since stages.<name>.KEY=VALUE picks one stage; "
-                                                                 f"give each a `name:` of its own"))
-            continue
-        named[name] = (i, where)
-        own = {k: v for k, v in item.items() if k not in ENTRY_KEYS}
-        anchor_paths(own, base_dir)
-        entry_lines: dict[str, int] = {}
-        _key_lines(item_node, "", entry_lines, [])
-        layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS},
-                      source_dir=base_dir)
-        model = own.get("model") if isinstance(own.get("model"), dict) else {}
-        pipe.stages.append(StageEntry(i, stage, hw, [base_dir / f for f in files], name, layer, "init_from" in model))
+        entry = _stage_entry(i, item, item_node, shown, base_dir, named, problems)
+        if entry is not None:
+            pipe.stages.append(entry)
     for entry in pipe.stages:
         for key, ref, why in bad_refs(pipe, entry):
             problems.append(Problem(key, entry.layer.where(key) if key in entry.layer.lines else shown,
@@ -197,6 +155,57 @@ def load_pipeline(path: str | Path) -> Pipeline:
     if problems:
         raise ConfigError(problems)
     return pipe
+
+
+def _stage_entry(i: int, item, item_node, shown: str, base_dir: Path, named: dict[str, tuple[int, str]],
+                 problems: list[Problem]) -> StageEntry | None:
+    """Stage entry `i` of a pipeline file read, or None with its problem added; `named` keeps each stage name's
+    first position and line (names must differ)."""
+    where = f"{shown}:{item_node.start_mark.line + 1}" if item_node is not None else shown
+    if not isinstance(item, dict) or not isinstance(item.get("stage"), str):
+        problems.append(Problem(f"stages[{i}]", where, f"each stage needs `stage:` (one of {', '.join(STAGES)})"))
+        return None
+    stage, hw = item["stage"], item.get("hw")
+    if stage not in STAGES:
+        problems.append(Problem(f"stages[{i}].stage", where, f"unknown stage `{stage}`; expected one of "
+                                                             f"{', '.join(STAGES)}"))
+        return None
+    if hw is not None and hw not in HARDWARE:
+        problems.append(Problem(f"stages[{i}].hw", where, f"unknown hardware profile `{hw}`; expected one of "
+                                                          f"{', '.join(HARDWARE)}"))
+        return None
+    files = item.get("config") or []
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        problems.append(Problem(f"stages[{i}].config", where, "must be a file name or a list of file names"))
+        return None
+    bad = check_name(str(item["name"]), f"stages[{i}].name") if "name" in item else None
+    if bad:
+        problems.append(Problem(f"stages[{i}].name", where, bad))
+        return None
+    name = str(item.get("name") or stage)
+    if name.isdigit():  # `stages.2.KEY=VALUE` means stage 2
+        problems.append(Problem(f"stages[{i}].name", where, f"`{name}` reads as a stage number in "
+                                                             "stages.<number or name>.KEY=VALUE; give a name with "
+                                                             "a letter in it"))
+        return None
+    if name in named:  # `stages.<name>.KEY=VALUE` would change only the first of them
+        first, first_where = named[name]
+        how = "its `name:`" if "name" in item else f"its stage (`{stage}`), as it has no `name:`"
+        problems.append(Problem(f"stages[{i}].name", where, f"stage {i} is named `{name}` ({how}), as is stage "
+                                                             f"{first} ({first_where}): stage names must differ, "
+                                                             f"since stages.<name>.KEY=VALUE picks one stage; "
+                                                             f"give each a `name:` of its own"))
+        return None
+    named[name] = (i, where)
+    own = {k: v for k, v in item.items() if k not in ENTRY_KEYS}
+    anchor_paths(own, base_dir)
+    entry_lines: dict[str, int] = {}
+    _key_lines(item_node, "", entry_lines, [])
+    layer = Layer(shown, own, {k: v for k, v in entry_lines.items() if k.partition(".")[0] not in ENTRY_KEYS},
+                  source_dir=base_dir)
+    model = own.get("model") if isinstance(own.get("model"), dict) else {}
+    return StageEntry(i, stage, hw, [base_dir / f for f in files], name, layer, "init_from" in model)
 
 
 def _strings(data, prefix: str = ""):
