@@ -231,7 +231,8 @@ def _log_stats_html(runs: list[RunData]) -> str:
     return "".join(parts)
 
 
-def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs", compare: bool = False) -> str:
+def _payload(runs: list[RunData]) -> str:
+    """The runs' completions, reward logs and reward-version changes as the JSON the page's script reads."""
     data = {"runs": []}
     for run in runs:
         comp = completions_data(run)
@@ -239,8 +240,11 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs", co
                              "noCompletions": None if comp else _no_completions_reason(run),
                              "rewardLogs": log_rows(run), "versions": version_changes(run.metrics)})
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    payload = payload.replace("<", "\\u003c")  # no `</script>` or `<!--` can end the data block early
-    names = ", ".join(r.name for r in runs)
+    return payload.replace("<", "\\u003c")  # no `</script>` or `<!--` can end the data block early
+
+
+def _notes(runs: list[RunData]) -> tuple[str, str, str]:
+    """The page's notes: runs without reward logs, reward functions changed mid-run, rows left out as malformed."""
     no_logs = [r.name for r in runs if not r.reward_logs]
     logs_note = (f"<p class=note>No reward logs captured for {_e(', '.join(no_logs))}: reward_logs.jsonl is written "
                  "by GRPO, RS-SFT and AWR runs while monitor.reward_logs is on (the default), one row per step and "
@@ -253,6 +257,13 @@ def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs", co
             f"{_e(n)} at step(s) {_e(', '.join(str(s) for s, _ in ch))}" for n, ch in changes) + " (dotted lines).</p>"
     skipped = [f"{r.name}: {p}" for r in runs for p in r.problems]
     skipped_note = (f"<p class=note>Left out as malformed: {_e('; '.join(skipped))}.</p>" if skipped else "")
+    return logs_note, version_note, skipped_note
+
+
+def build_html(runs: list[RunData], graphs, image_dir: str | None = "graphs", compare: bool = False) -> str:
+    payload = _payload(runs)
+    names = ", ".join(r.name for r in runs)
+    logs_note, version_note, skipped_note = _notes(runs)
     generated = time.strftime("%Y-%m-%d %H:%M:%S")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
