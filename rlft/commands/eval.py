@@ -88,6 +88,17 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
 
     with exits():
         res = evaluate(tgt, cfg, source, n, dest, max_prompts, seed, composed)
+    _print_results(res)
+    own = _own_final_eval(tgt, res) if seed in (None, cfg.train.seed) else None
+    if own is not None:
+        fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
+        typer.echo(f"the run's own final eval (same prompts, rewards and sampling): eval_reward "
+                   f"{fmt(own.get('reward_mean'))}, pass@{own.get('k')} {fmt(own.get('pass_at_k'))}")
+    typer.echo(f"rows written to {shown}")
+
+
+def _print_results(res: dict) -> None:
+    """Each reward's mean, the weighted total, pass@k, the eval-only rewards and the names training logs them by."""
     fmt = lambda x: "-" if x is None else f"{x:.4f}"  # noqa: E731
     from rlft.config.eval_sampling import describe
     from rlft.monitor.metrics import eval_row
@@ -112,11 +123,6 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
             line(name, value)
     # the names of metrics.jsonl's eval rows, so this compares with the run's curve key for key
     typer.echo("as training logs it: " + ", ".join(f"{k} {'-' if v is None else v}" for k, v in eval_row(res).items()))
-    own = _own_final_eval(tgt, res) if seed in (None, cfg.train.seed) else None
-    if own is not None:
-        typer.echo(f"the run's own final eval (same prompts, rewards and sampling): eval_reward "
-                   f"{fmt(own.get('reward_mean'))}, pass@{own.get('k')} {fmt(own.get('pass_at_k'))}")
-    typer.echo(f"rows written to {shown}")
 
 
 def _own_final_eval(tgt, res: dict) -> dict | None:
