@@ -48,7 +48,6 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
         "rlft/trainers/collector.py:RolloutCollector": "becomes a rollout/ function over explicit data",
     },
     "function-size": {
-        "rlft/trainers/grpo.py:RlftGRPOTrainer._generate_and_score_completions": "TRL's hook overridden whole",
     },
     "duplicate-names": {
         # same job, two bodies: to merge into one

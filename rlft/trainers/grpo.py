@@ -164,16 +164,7 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             m["frac_truncated"].append(clipped[-1])
             if g.mask_truncated:  # TRL's mask_truncated_completions leaves exactly those out of the loss
                 m["frac_masked_truncated"].append(clipped[-1])
-        if self.reward_suite is not None:
-            local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
-            for name in self.reward_suite.names:
-                errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
-                m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
-            for key in sorted(k for k in local if k.rsplit("/", 1)[-1].startswith("judge_")):  # counts: summed
-                m[key].append(self.accelerator.gather(torch.tensor(local[key], device=device)).sum().item())
-            # every completion scored counts, those of the groups dynamic sampling dropped included
-            scored, failed = self._dynamic_scored if g.dynamic_sampling else (valid_N.numel(), (~valid_N).sum().item())
-            self.reward_suite.record(scored, failed)  # may stop the run
+        self._count_reward_failures(m, valid_N, device)
 
         start = self.accelerator.process_index * n_local
         local = slice(start, start + n_local)
@@ -186,31 +177,7 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             out["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
             m["groups_removed"].append(const_P.float().sum().item())
 
-        if g.kl_penalty_coef > 0:
-            if g.kl_penalty_mode == "advantage":
-                logp_sample = out.get("old_per_token_logps")
-                logp_ref = self._logps(self.model, out, use_ref=True)
-                if logp_sample is None:
-                    # The sampler is the current policy, so the loss's own forward pass yields the sampler
-                    # log-probs: the penalty is applied there (per micro-batch, as tinker's streaming mode
-                    # does) instead of paying for one more forward pass here.
-                    out["rlft_ref_logps"] = logp_ref
-                    out["rlft_base_advantages"] = adv_B
-                    out["advantages"] = adv_B
-                    kl = None
-                else:
-                    adv_BT, kl_m = kl_penalty_advantages(adv_B, logp_sample, logp_ref, completion_mask.float(),
-                                                         self.kl_ctl.value, g.kl_discount_factor)
-                    kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
-                    out["advantages"] = adv_BT
-            else:
-                out["advantages"] = adv_B
-                kl = None  # TRL measures it in the loss and logs `kl`
-            self._last_kl = kl if kl is not None else self._last_kl
-            if kl is not None:
-                m["kl_policy_ref"].append(kl)
-        else:
-            out["advantages"] = adv_B
+        out["advantages"] = self._kl_advantages(out, adv_B, completion_mask, m, device)
         m["kl_coef"].append(self.kl_ctl.value if g.kl_penalty_coef > 0 else 0.0)
         self._write_completions(out, rewards_NF, total_N, adv_N)
         if self.reward_suite is not None:
@@ -218,6 +185,45 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             if self.accelerator.is_main_process:
                 self.reward_log.write(self.state.global_step + 1, rows)
         return out
+
+    def _count_reward_failures(self, m, valid_N, device) -> None:
+        """The reward suite's error and judge counts for this step (summed over processes) and its failure guard."""
+        g = self.cfg.grpo
+        if self.reward_suite is not None:
+            local = self.reward_suite.metrics()  # this step's window: error counts (and it drains the window)
+            for name in self.reward_suite.names:
+                errs = torch.tensor(local[f"rewards/{name}/errors"], device=device)
+                m[f"rewards/{name}/errors"].append(self.accelerator.gather(errs).sum().item())
+            for key in sorted(k for k in local if k.rsplit("/", 1)[-1].startswith("judge_")):  # counts: summed
+                m[key].append(self.accelerator.gather(torch.tensor(local[key], device=device)).sum().item())
+            # every completion scored counts, those of the groups dynamic sampling dropped included
+            scored, failed = self._dynamic_scored if g.dynamic_sampling else (valid_N.numel(), (~valid_N).sum().item())
+            self.reward_suite.record(scored, failed)  # may stop the run
+
+    def _kl_advantages(self, out, adv_B, completion_mask, m, device):
+        """This batch's advantages: the group advantages, with the KL penalty in them per token where
+        kl_penalty_mode is `advantage` (or handed to the loss's forward pass when the sampler is the policy); the
+        measured KL is kept for the controller."""
+        g = self.cfg.grpo
+        if g.kl_penalty_coef <= 0:
+            return adv_B
+        if g.kl_penalty_mode != "advantage":
+            return adv_B  # TRL measures the KL in the loss and logs `kl`
+        logp_sample = out.get("old_per_token_logps")
+        logp_ref = self._logps(self.model, out, use_ref=True)
+        if logp_sample is None:
+            # The sampler is the current policy, so the loss's own forward pass yields the sampler
+            # log-probs: the penalty is applied there (per micro-batch, as tinker's streaming mode
+            # does) instead of paying for one more forward pass here.
+            out["rlft_ref_logps"] = logp_ref
+            out["rlft_base_advantages"] = adv_B
+            return adv_B
+        adv_BT, kl_m = kl_penalty_advantages(adv_B, logp_sample, logp_ref, completion_mask.float(),
+                                             self.kl_ctl.value, g.kl_discount_factor)
+        kl = self.accelerator.gather(torch.tensor(kl_m["kl_policy_ref"], device=device)).mean().item()
+        self._last_kl = kl
+        m["kl_policy_ref"].append(kl)
+        return adv_BT
 
     def _starts_iteration(self) -> bool:
         """This call samples the first (here: the only) part of a training iteration's batch: the KL
