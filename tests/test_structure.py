@@ -47,8 +47,7 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
         "rlft/trainers/ppo.py:RlftPPOTrainer": "the loop engine leaves it train, optimize and checkpoint I/O",
         "rlft/trainers/collector.py:RolloutCollector": "becomes a rollout/ function over explicit data",
     },
-    "function-size": {
-    },
+    "function-size": {},
     "duplicate-names": {
         # same job, two bodies: to merge into one
         "check_reward_columns: rlft/data/prompt_set.py, rlft/stages/common/prompt_data.py": "same job",
