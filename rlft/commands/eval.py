@@ -11,6 +11,7 @@ import typer
 
 from rlft.config.stages import DEFAULT_STAGE
 from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, QUIET_OPT, err, exits, load, quiet
+from rlft.rundir import names as run_files
 
 
 TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
@@ -126,7 +127,7 @@ def _own_final_eval(tgt, res: dict) -> dict | None:
 
     if tgt.run_root is None or tgt.step is not None:
         return None
-    end = ((read_summary(tgt.run_root / "summary.json") or {}).get("eval") or {}).get("end")
+    end = ((read_summary(tgt.run_root / run_files.SUMMARY) or {}).get("eval") or {}).get("end")
     return end if isinstance(end, dict) and end.get("eval_set") == res["eval_set"] else None
 
 

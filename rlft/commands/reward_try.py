@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.config.schema import RlftConfig
+from rlft.rundir import names as run_files
 
 __all__ = ["TryError", "check_sources", "default_out", "run_config_file", "run_stage", "try_rewards"]
 
@@ -71,7 +72,7 @@ def check_sources(from_run: Path | None, completions: Path | None, sample: int |
         if not run_log(from_run).is_file():
             raise TryError(f"--from-run {from_run}: no completions.jsonl or samples.jsonl (a run of a stage that "
                            f"samples, with monitor.log_completions not 0)")
-        if not (from_run / "config.yaml").is_file():
+        if not (from_run / run_files.CONFIG).is_file():
             raise TryError(f"--from-run {from_run}: no config.yaml (not an rlft run folder)")
     if completions is not None and not completions.is_file():
         raise TryError(f"--completions {completions}: no such file")
@@ -93,7 +94,7 @@ def check_counts(sample: int | None, max_prompts: int | None) -> None:
 
 def run_log(run: Path) -> Path:
     """A run's completion rows: completions.jsonl, or samples.jsonl of RS-SFT/AWR."""
-    return run / "completions.jsonl" if (run / "completions.jsonl").is_file() else run / "samples.jsonl"
+    return run / run_files.COMPLETIONS if (run / run_files.COMPLETIONS).is_file() else run / run_files.SAMPLES
 
 
 def run_stage(run: Path) -> str:

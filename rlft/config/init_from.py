@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
 from rlft.config.run_config import RunConfigError, read_run_config, value_kind
+from rlft.rundir import names as run_files
 
 if TYPE_CHECKING:
     from rlft.config.schema import ModelConfig
@@ -37,8 +38,8 @@ def read_chain_run(root: Path) -> dict:
     RunConfigError when it is not readable YAML, not a mapping, or its `model` section is not one."""
     data = read_run_config(root)
     if not isinstance(data.get("model", {}), dict):
-        raise RunConfigError(f"{root / 'config.yaml'} is damaged: its model section is not a mapping",
-                             root / "config.yaml", found=value_kind(data["model"]))
+        raise RunConfigError(f"{root / run_files.CONFIG} is damaged: its model section is not a mapping",
+                             root / run_files.CONFIG, found=value_kind(data["model"]))
     return data
 
 
@@ -73,9 +74,9 @@ def locate_parent(root: Path, model_cfg: dict) -> Path | None:
     if parent is None or parent == "":
         return None
     if not isinstance(parent, str):
-        raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
+        raise ChainError(f"{root / run_files.CONFIG} is damaged: its model.init_from is not a path")
     recorded = model_cfg.get("init_config_hash")
-    found = [c for c in _candidates(root, parent) if (c / "config.yaml").is_file()]
+    found = [c for c in _candidates(root, parent) if (c / run_files.CONFIG).is_file()]
     if not found:
         raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
                          f"without it")
@@ -92,9 +93,9 @@ def locate_parent(root: Path, model_cfg: dict) -> Path | None:
     first = found[0]
     now = hashes.get(first, "unreadable")
     raise ChainError(f"run {root} started from run {first} when its config.yaml had hash {recorded} (model."
-                     f"init_config_hash in {root / 'config.yaml'}); it now has hash {now}: {first} was replaced (e.g. "
-                     f"by --overwrite) after {root} trained on it, so {root}'s weights cannot be rebuilt as they were "
-                     f"trained. Restore that run, or train {root} again from the run there now")
+                     f"init_config_hash in {root / run_files.CONFIG}); it now has hash {now}: {first} was replaced "
+                     f"(e.g. by --overwrite) after {root} trained on it, so {root}'s weights cannot be rebuilt as they "
+                     f"were trained. Restore that run, or train {root} again from the run there now")
 
 
 def _chain_model(root: Path) -> dict:
@@ -198,7 +199,7 @@ def init_run(model: ModelConfig) -> InitRun | None:
 def config_hash(root: Path) -> str:
     import hashlib  # here: loading OpenSSL costs a few ms of every validate-config, which rarely hashes
 
-    return hashlib.sha256((root / "config.yaml").read_bytes()).hexdigest()[:12]
+    return hashlib.sha256((root / run_files.CONFIG).read_bytes()).hexdigest()[:12]
 
 
 def _model_of(run_cfg: dict) -> dict[str, Any]:
@@ -234,7 +235,7 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
     if not root.is_dir():
         problems.append(Problem("model.init_from", where, f"no run folder `{value}`"))
         return
-    if not (root / "config.yaml").is_file():
+    if not (root / run_files.CONFIG).is_file():
         problems.append(Problem("model.init_from", where, f"`{value}` is not an rlft run folder (no config.yaml)"))
         return
     if not is_finished(root):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONFIG_FILE = "config.yaml"
+from rlft.rundir import names as run_files
+
+CONFIG_FILE = run_files.CONFIG
 
 
 def value_kind(value) -> str:

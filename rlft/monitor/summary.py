@@ -12,6 +12,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from rlft.rundir import names as run_files
+
 # exit code of a stage -> status in summary.json
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
 WINDOW = 10  # logged steps averaged for "first", "last" and each checkpoint's score
@@ -133,7 +135,7 @@ def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = (), *, bes
     """The end-of-run fields summary.json adds to `last`: headline first/last means (and `reward` when the
     headline is the reward), the best of the saved models (`checkpoints`: (step, folder); by the training
     headline, or with best_by="eval" by the eval reward at each one's step), the report command."""
-    rows = _rows(Path(run_root) / "metrics.jsonl")
+    rows = _rows(Path(run_root) / run_files.METRICS)
     train = [r for r in rows if not _is_eval(r)]
     evals = [r for r in rows if _is_eval(r)]
     head = headline(train) or headline(evals)

@@ -10,6 +10,7 @@ from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.posttrain.policy import load_policy
 from rlft.posttrain.target import Target
+from rlft.rundir import names as run_files
 
 
 def sampling_section(cfg: RlftConfig):
@@ -40,7 +41,7 @@ def run_eval_batch_size(run_root: Path | None, default: int = 64) -> int:
     eval.start), else `default`."""
     from rlft.monitor.summary import read_summary
 
-    ev = ((read_summary(run_root / "summary.json") or {}) if run_root is not None else {}).get("eval")
+    ev = ((read_summary(run_root / run_files.SUMMARY) or {}) if run_root is not None else {}).get("eval")
     for part in ("end", "start"):
         got = ev.get(part) if isinstance(ev, dict) else None
         size = (got.get("sampling") or {}).get("batch_size") if isinstance(got, dict) and \

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.rundir.lock import RunLock
 from rlft.rundir.markers import Owned, read_marker, write_marker
 
@@ -47,33 +48,37 @@ class RunDir:
 
     @property
     def config(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / run_files.CONFIG
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / run_files.METRICS
 
     @property
     def completions(self) -> Path:
-        return self.root / "completions.jsonl"
+        return self.root / run_files.COMPLETIONS
 
     @property
     def eval_completions(self) -> Path:
         """Each evaluation's samples of the fixed evaluation prompts (`eval-<i>` rows; the report shows them with
         the training completions)."""
-        return self.root / "eval_completions.jsonl"
+        return self.root / run_files.EVAL_COMPLETIONS
 
     @property
     def health(self) -> Path:
-        return self.root / "health.jsonl"
+        return self.root / run_files.HEALTH
+
+    @property
+    def reward_logs(self) -> Path:
+        return self.root / run_files.REWARD_LOGS
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / run_files.CHECKPOINTS
 
     @property
     def final(self) -> Path:
-        return self.root / "final"
+        return self.root / run_files.FINAL
 
     @property
     def marker(self) -> dict | None:
@@ -116,13 +121,13 @@ class RunDir:
 
     @property
     def samples(self) -> Path:
-        return self.root / "samples.jsonl"
+        return self.root / run_files.SAMPLES
 
     def complete_checkpoints(self) -> list[Path]:
         """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
         if not self.checkpoints.is_dir():
             return []
-        found = [p for p in self.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
+        found = [p for p in self.checkpoints.glob(run_files.CHECKPOINT_GLOB) if (p / COMPLETE_MARKER).is_file()]
         return sorted(found, key=checkpoint_step)
 
 
@@ -147,7 +152,7 @@ def is_run_folder(root: Path) -> bool:
     if marker is not None:
         return marker["kind"] == RUN_KIND
     try:
-        with open(Path(root) / "config.yaml", encoding="utf-8", errors="replace") as fh:
+        with open(Path(root) / run_files.CONFIG, encoding="utf-8", errors="replace") as fh:
             return fh.readline().startswith(LEGACY_HEADER)
     except OSError:
         return False
@@ -156,9 +161,9 @@ def is_run_folder(root: Path) -> bool:
 def first_link(root: Path) -> str | None:
     """A symbolic link where a resumed run writes (the run folder, checkpoints/ and the folders in it), or None."""
     root = Path(root)
-    places = [root, root / "checkpoints"]
-    if (root / "checkpoints").is_dir() and not (root / "checkpoints").is_symlink():
-        places += [p for p in (root / "checkpoints").iterdir() if p.is_dir() and not p.is_symlink()]
+    places = [root, root / run_files.CHECKPOINTS]
+    if (root / run_files.CHECKPOINTS).is_dir() and not (root / run_files.CHECKPOINTS).is_symlink():
+        places += [p for p in (root / run_files.CHECKPOINTS).iterdir() if p.is_dir() and not p.is_symlink()]
     for place in places:
         if not place.is_dir() or place.is_symlink():
             continue

@@ -7,10 +7,11 @@ import json
 import math
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.rundir.folder import COMPLETE_MARKER, checkpoint_step
 from rlft.config.run_config import value_kind
 
-RLFT_STATE = "rlft_state.json"
+RLFT_STATE = run_files.RLFT_STATE
 
 
 def _safetensors_problem(path: Path) -> str | None:

@@ -32,6 +32,7 @@ from rlft.runtime.saved_state import rlft_state
 from rlft.models.sharded import mark_sharded
 from rlft.runtime.sharding import check_sharded, distributed_block, memory_numbers, set_up_sharding, settle_root
 from rlft.runtime.sharding import describe as describe_sharding
+from rlft.rundir import names as run_files
 
 
 class RunContext:
@@ -239,7 +240,7 @@ class RunContext:
 
     def mark_complete(self, trainer) -> None:
         """After each checkpoint save: rlft's state and the completion marker, then the replaced run can go."""
-        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / run_files.checkpoint_name(trainer.state.global_step)
         if trainer.args.should_save and path.is_dir():
             seal_checkpoint(path, rlft_state(trainer))
             self.run.drop_replaced()

@@ -9,6 +9,7 @@ import sys
 
 from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
+from rlft.rundir import names as run_files
 
 
 def check_ranks_in_sync(trainer, run: RunDir) -> None:
@@ -24,7 +25,7 @@ def check_ranks_in_sync(trainer, run: RunDir) -> None:
     sums = acc.gather(torch.as_tensor(total, device=acc.device).reshape(1)).tolist()
     if acc.is_main_process:
         in_sync = max(sums) - min(sums) <= 1e-9 * max(1.0, abs(sums[0]))
-        (run.root / "distributed.json").write_text(json.dumps(
+        (run.root / run_files.DISTRIBUTED).write_text(json.dumps(
             {"num_processes": acc.num_processes, "param_checksums": sums, "in_sync": in_sync}))
         if not in_sync:
             print(f"rlft: WARNING ranks diverged: trainable-parameter checksums {sums}", file=sys.stderr)

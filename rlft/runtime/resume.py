@@ -23,6 +23,7 @@ from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, aside_pat
                                      target_steps)
 from rlft.runtime.rounds_state import read_rounds_state, write_rounds_state
 from rlft.runtime.saved_state import load_rlft_state, state_problem
+from rlft.rundir import names as run_files
 
 PER_CHECKPOINT, PER_ROUND = "checkpoint", "round"  # a stage's resume policy (rlft.runtime.lifecycle.Stage.resume)
 
@@ -58,7 +59,7 @@ def newest_checkpoint(folder: Path, rank: int, problem_of: ProblemOf) -> Path | 
     """The newest complete checkpoint in `folder` (None if there is none); damaged ones are moved aside with a
     warning, as for `--resume`."""
     folder = Path(folder)
-    complete = sorted((p for p in folder.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+    complete = sorted((p for p in folder.glob(run_files.CHECKPOINT_GLOB) if (p / COMPLETE_MARKER).is_file()),
                       key=checkpoint_step) if folder.is_dir() else []
     newest, aside = newest_whole(complete, problem_of)
     for item in aside:

@@ -57,7 +57,7 @@ def drop_rows_after(path: Path, step: int) -> int:
 def resume_logs(run: RunDir, step: int, cfg: RlftConfig, composed: Composed, changed: bool) -> None:
     """The first step after the resume begins (everything has loaded): drop the logged rows of the steps it trains
     again and, when the config changed, keep the old one as config.step-<step>.yaml and write the new one."""
-    for path in (run.metrics, run.completions, run.health, run.root / "reward_logs.jsonl"):
+    for path in (run.metrics, run.completions, run.health, run.reward_logs):
         drop_rows_after(path, step)
     if changed:  # the run goes on with the new values: record them
         run.config.rename(run.root / f"config.step-{step}.yaml")

@@ -12,6 +12,7 @@ from pathlib import Path
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.rundir.folder import RunDir, checkpoint_step
+from rlft.rundir import names as run_files
 
 ProblemOf = Callable[[Path], "str | None"]  # why a checkpoint cannot be resumed from, None when whole
 
@@ -68,7 +69,7 @@ def newest_whole(complete: list[Path], problem_of: ProblemOf) -> tuple[Path | No
 def plan_resume(run: RunDir, target: int, problem_of: ProblemOf) -> ResumePlan:
     """The plan for `--resume` of `run`, training to step `target` (0: the end of the data)."""
     complete = run.complete_checkpoints()
-    incomplete = tuple(p.name for p in sorted(run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
+    incomplete = tuple(p.name for p in sorted(run.checkpoints.glob(run_files.CHECKPOINT_GLOB), key=checkpoint_step)
                        if p not in complete)
     newest, aside = newest_whole(complete, problem_of)
     plan = ResumePlan(None, target, set_aside=aside, incomplete=incomplete)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.rundir import names as run_files
+
 MOST = 0.5  # a reward must score more than this share of the completions it was asked about
 
 
@@ -98,7 +100,7 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     from rlft.monitor.summary import read_summary
 
     out = RunCheck()
-    summary = read_summary(run_root / "summary.json")
+    summary = read_summary(run_root / run_files.SUMMARY)
     if summary is None:
         out.fail(1, "no summary.json")
         return out
@@ -109,7 +111,7 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
         out.fail(1, "no final/ model")
     if not samples:
         return out
-    rows = read_rows(run_root / "completions.jsonl")
+    rows = read_rows(run_root / run_files.COMPLETIONS)
     if not rows:
         out.fail(1, "no completions were logged")
         return out
@@ -122,5 +124,5 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     rendered = next((r["prompt_rendered"] for r in rows if isinstance(r.get("prompt_rendered"), str)), None)
     if rendered is not None:
         out.tested.append(f"prompt as the model saw it: {rendered[:80]!r}")
-    check_rewards(rows, read_rows(run_root / "reward_logs.jsonl"), max_failure_fraction, out)
+    check_rewards(rows, read_rows(run_root / run_files.REWARD_LOGS), max_failure_fraction, out)
     return out

@@ -40,7 +40,7 @@ class GRPORewards:
         self.reward_suite = reward_suite if reward_suite is not None else \
             _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
         self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
-        self.reward_log = RewardLog(run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs else None)
+        self.reward_log = RewardLog(run.reward_logs if run is not None and mon.reward_logs else None)
         if self.reward_suite is not None:
             self.reward_suite.capture_logs(self.reward_log.path is not None)
         self.reloader = None

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlft.rundir import names as run_files
+
 # the curves a side-by-side shows first when every compared run logged them
 SHARED = ("reward", "eval_reward", "kl_policy_ref", "loss")
 
@@ -131,7 +133,7 @@ def run_config(path: Path) -> dict | None:
     """The run's resolved config.yaml as dotted keys, or None where it is missing or unreadable."""
     import yaml
 
-    cfg = Path(path) / "config.yaml"
+    cfg = Path(path) / run_files.CONFIG
     try:
         data = yaml.safe_load(cfg.read_text(encoding="utf-8")) if cfg.is_file() else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

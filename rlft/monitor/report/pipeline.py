@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.rundir import names as run_files
+
 SUMMARY = "pipeline_summary.json"
 
 
@@ -26,7 +28,7 @@ class StageCurve:
 
 
 def is_pipeline_folder(path: Path) -> bool:
-    return path.is_dir() and (path / SUMMARY).is_file() and not (path / "summary.json").is_file()
+    return path.is_dir() and (path / SUMMARY).is_file() and not (path / run_files.SUMMARY).is_file()
 
 
 def stage_folders(path: Path) -> list[tuple[str, Path]]:
@@ -54,7 +56,7 @@ def stage_folders(path: Path) -> list[tuple[str, Path]]:
 
 def _stage_dir(root: Path, written: Path) -> Path | None:
     candidates = [written] if written.is_absolute() else [root / written.name, written, root.parent / written]
-    return next((c for c in candidates if (c / "summary.json").is_file() or (c / "metrics.jsonl").is_file()), None)
+    return next((c for c in candidates if (c / run_files.SUMMARY).is_file() or (c / run_files.METRICS).is_file()), None)
 
 
 def _finite(x) -> bool:

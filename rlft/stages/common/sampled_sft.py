@@ -43,6 +43,7 @@ from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import PER_ROUND, Evaluation, Stage, StageInputs, run_stage
 from rlft.stages.common.rounds import training_pairs
 from rlft.stages.common.samples_log import SamplesLog
+from rlft.rundir import names as run_files
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
     """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
@@ -116,7 +117,7 @@ class RoundSampler:
         seed0 = self.cfg.train.seed + 1_000_003 * r
         starts = list(range(done, len(prompts), per_call))
         self.prompts_by_rank = [0] * self._ranks()[1]
-        reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
+        reward_log = RewardLog(ctx.run.reward_logs) \
             if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
         with shown.task(f"round {r}/{self.section.rounds} sampling", total=(len(prompts) - done) * self.n,
                         unit=f"samples ({len(prompts) - done} prompts x {self.n})") as bar:
@@ -413,6 +414,6 @@ class Rounds:
             if not trainer.args.should_save:
                 return code, model, trainer.state.global_step
             (folder / COMPLETE_MARKER).write_text("ok\n")
-            for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
+            for ckpt in out.glob(run_files.CHECKPOINT_GLOB):  # the round is done: its adapter is all a resume needs
                 shutil.rmtree(ckpt, ignore_errors=True)
         return code, model, trainer.state.global_step
