@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any
+
+from rlft import world
 
 NORMALIZE = ("none", "running", "fixed")
 SCORING_FILE = "rlft_reward_model.json"  # written beside the weights by the rm stage (rlft.trainers.reward)
@@ -106,7 +107,7 @@ def default_device() -> str:
     import torch
 
     if torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return f"cuda:{world.local_rank()}"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"

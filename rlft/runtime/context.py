@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlft import world
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
@@ -40,8 +41,8 @@ class RunContext:
 
     def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, resume: str = PER_CHECKPOINT):
         self.cfg, self.composed, self.opts = cfg, composed, opts
-        self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
+        self.num_processes = world.world_size()
+        self.rank = world.rank()
         self.interrupt = Interrupt()
         self.resume = Resume(cfg, composed, opts, self.rank, resume)  # the stage's policy: per checkpoint or round
         self._run: RunDir | None = None  # created by open_run

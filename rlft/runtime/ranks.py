@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
+from rlft import world
 from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
 from rlft.rundir import names as run_files
@@ -55,7 +56,7 @@ def check_same_run(cfg) -> None:
     import os
     import socket
 
-    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+    if world.world_size() < 2:
         return
     import torch.distributed as dist
     from accelerate import PartialState
@@ -91,7 +92,7 @@ def record_exit(code) -> None:
 
     launch_dir = os.environ.get(LAUNCH_DIR_ENV)
     if launch_dir and Path(launch_dir).is_dir():
-        rank = os.environ.get("RANK", "0")
+        rank = world.rank()
         try:
             (Path(launch_dir) / f"exit-{rank}").write_text(str(code if isinstance(code, int) else 1))
         except OSError:

@@ -5,8 +5,7 @@ behind; over-long prompts are truncated or dropped (``data.too_long``) with a co
 
 from __future__ import annotations
 
-import os
-
+from rlft import world
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 
@@ -94,7 +93,7 @@ def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
     budget = prompt_budget(cfg)
     why = (f" (train.max_seq_length {cfg.train.max_seq_length} minus {_section(cfg)}.max_tokens "
            f"{completion_budget(cfg)} for the completion)")
-    announce = key == "train" and int(os.environ.get("RANK", "0")) == 0  # the start line, once
+    announce = key == "train" and world.rank() == 0  # the start line, once
     return PromptSet(getattr(cfg.data, key), f"data.{key}", column=cfg.data.prompt_column,
                      system_prompt=cfg.data.system_prompt, max_samples=_max_samples(cfg, key), reward_columns=needs,
                      chat_template=cfg.data.chat_template, model=cfg.model.name_or_path, budget=budget,
