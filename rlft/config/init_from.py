@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
-from rlft.config.run_config import RunConfigError, read_run_config, value_kind
+from rlft.config.run_config import RunConfigError, read_run_config, json_kind
 from rlft.rundir import names as run_files
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def read_chain_run(root: Path) -> dict:
     data = read_run_config(root)
     if not isinstance(data.get("model", {}), dict):
         raise RunConfigError(f"{root / run_files.CONFIG} is damaged: its model section is not a mapping",
-                             root / run_files.CONFIG, found=value_kind(data["model"]))
+                             root / run_files.CONFIG, found=json_kind(data["model"]))
     return data
 
 

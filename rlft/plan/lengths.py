@@ -237,7 +237,7 @@ def load_counter(cfg) -> TokenCounter:
 # ---- the rows, rendered as the run renders them
 
 
-def read_rows(cfg) -> tuple[list[dict], int | None, str]:
+def data_rows(cfg) -> tuple[list[dict], int | None, str]:
     """(rows, rows in the data or None, why none): at most MAX_ROWS, and no more than data.max_samples."""
     from rlft.data import DataError, peek_columns
 
@@ -409,7 +409,7 @@ def read_lengths(cfg) -> tuple[DataBasis | None, str]:
     from rlft import progress
 
     with progress.task(f"plan: reading {cfg.data.train}"):  # large data takes seconds: shown, not silent
-        rows, total, why = read_rows(cfg)
+        rows, total, why = data_rows(cfg)
     if why:
         return None, why
     counter = load_counter(cfg)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
-from rlft.posttrain.policy import load_policy
+from rlft.posttrain.policy import load_trained_policy
 from rlft.posttrain.target import Target
 from rlft.rundir import names as run_files
 
@@ -53,10 +53,10 @@ def run_eval_batch_size(run_root: Path | None, default: int = 64) -> int:
 
 def policy_for(target: Target, cfg: RlftConfig):
     """The policy and its tokenizer, rendering with the config's data.chat_template_kwargs when it sets them (a
-    `-c` file or an override; load_policy binds the run's own otherwise), as training rendered its prompts."""
+    `-c` file or an override; load_trained_policy binds the run's own otherwise), as training rendered its prompts."""
     from rlft.data.chat import bind_template_kwargs
 
-    model, tokenizer = load_policy(target)
+    model, tokenizer = load_trained_policy(target)
     kwargs = cfg.data.chat_template_kwargs
     return model, bind_template_kwargs(tokenizer, kwargs if isinstance(kwargs, dict) else None)
 

@@ -162,7 +162,7 @@ def read_jsonl(path: Path, ok=lambda row: isinstance(row, dict)) -> tuple[list[d
     return rows, bad
 
 
-def read_summary(path: Path) -> tuple[dict, list[str]]:
+def load_summary(path: Path) -> tuple[dict, list[str]]:
     """summary.json as a dict with its known fields of the right kind, and what was ignored (in words)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
@@ -368,7 +368,7 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     problems: list = []
     summary = {}
     if files[f.SUMMARY].is_file():
-        summary, problems = read_summary(files[f.SUMMARY])
+        summary, problems = load_summary(files[f.SUMMARY])
     problems += chain_problems(path)
 
     def rows_of(name: str, ok) -> list:

@@ -56,29 +56,14 @@ def prompts_as_chat(cfg: RlftConfig, ds, tokenizer):
         raise RunError(str(exc)) from None
 
 
-def reward_columns(suite) -> dict[str, list[str]]:
-    """The columns each reward reads (less its configured kwargs), by reward name."""
-    from rlft.rewards import required_columns
-
-    needs: dict[str, list[str]] = {}
-    for r in suite.rewards:
-        try:
-            wanted = required_columns(r.fn, r.kwargs)
-        except Exception as exc:  # noqa: BLE001 - a broken declaration is reported like a missing column
-            raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: "
-                           f"{exc}") from None
-        needs[r.name] = [c for c in wanted if c not in r.kwargs]
-    return needs
-
-
-def check_reward_columns(ds, suite, source: str = "data.train") -> None:
-    """Every column a reward declares it reads (less its configured kwargs) must be in the data."""
+def check_suite_columns(ds, suite, source: str = "data.train") -> None:
+    """rlft.data.prompt_set's check_reward_columns for a resolved suite, its DataError a RunError (exit 2)."""
     from rlft.data import DataError
-    from rlft.data.prompt_set import check_reward_columns as check
+    from rlft.data.prompt_set import check_reward_columns
+    from rlft.rewards.columns import suite_columns
 
-    needs = reward_columns(suite)
     try:
-        check(ds, needs, source)
+        check_reward_columns(ds, suite_columns(suite), source)
     except DataError as exc:
         raise RunError(str(exc)) from None
 
@@ -88,8 +73,9 @@ def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
     config before the tokenizer loads; `.prepare(tokenizer)` loads and checks them (its DataError: a RunError,
     exit 2, before any run folder exists, through `prepare_prompts`)."""
     from rlft.data.prompt_set import PromptSet
+    from rlft.rewards.columns import suite_columns
 
-    needs = reward_columns(suite)
+    needs = suite_columns(suite)
     budget = prompt_budget(cfg)
     why = (f" (train.max_seq_length {cfg.train.max_seq_length} minus {_section(cfg)}.max_tokens "
            f"{completion_budget(cfg)} for the completion)")

@@ -199,14 +199,15 @@ class RoundSampler:
 
 class SampledSFT(Stage):
     """One RS-SFT / AWR run: its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order), resumed per
-    round. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls_path` an SFTTrainer
-    ("module:name")."""
+    round. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_class()` the SFTTrainer
+    class, called when a round trains (so transformers loads after the process is set up, as it reads its settings)."""
 
     resume = PER_ROUND  # one checkpoint folder per round; rounds.json keeps eval.start and the rounds' steps
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable, trainer_cls_path: str):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable,
+                 trainer_class: Callable[[], type]):
         super().__init__(cfg, composed, opts)
-        self.decide, self.trainer_cls_path = decide, trainer_cls_path
+        self.decide, self.trainer_class = decide, trainer_class
 
     def run(self) -> int:
         return run_stage(self)
@@ -260,8 +261,8 @@ class Rounds:
 
     def __init__(self, stage: SampledSFT, ctx, model, inputs: StageInputs):
         cfg = self.cfg = stage.cfg
-        self.composed, self.opts, self.decide, self.trainer_cls_path = (stage.composed, stage.opts, stage.decide,
-                                                                        stage.trainer_cls_path)
+        self.composed, self.opts, self.decide, self.trainer_class = (stage.composed, stage.opts, stage.decide,
+                                                                     stage.trainer_class)
         self.section = getattr(cfg, cfg.stage)
         self.rounds, self.n = self.section.rounds, self.section.num_samples_per_prompt
         self.ctx, self.tokenizer, self.dataset = ctx, inputs.tokenizer, inputs.train
@@ -381,8 +382,6 @@ class Rounds:
 
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
         """(exit code, the trained model, optimizer steps of the round)."""
-        import importlib
-
         from datasets import Dataset
         from peft import PeftModel
 
@@ -391,8 +390,7 @@ class Rounds:
         from rlft.runtime.sharding import is_fsdp
 
         ctx = self.ctx
-        module, _, name = self.trainer_cls_path.partition(":")
-        trainer_cls = getattr(importlib.import_module(module), name)
+        trainer_cls = self.trainer_class()
         peft = None if isinstance(model, PeftModel) or not self.cfg.lora.enabled else lora_config(self.cfg, model)
         out = self.ckpt_dir(r)
         out.mkdir(parents=True, exist_ok=True)
