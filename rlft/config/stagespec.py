@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlft.numbers import is_number  # noqa: F401 - the specs' (they import only config modules)
+
 # Health rules every training stage gets (names of rules in rlft.monitor.health.RULES).
 BASE_HEALTH = ("loss_nan", "grad_norm")
 TRAIN_METRICS = ("grad_norm", "learning_rate", "epoch")  # the transformers Trainer's own, every stage
@@ -89,10 +91,6 @@ def kl_control_note(section: str, coef: float, target: float, adaptive: bool, ho
     return (f"# KL control: {section} coefficient {coef:g} adapts toward target_kl {target:g} nats per token over a "
             f"horizon of {horizon} {unit} ({why}): at most x{1 + 0.2 / horizon:.4f} per {unit[:-1]}, "
             f"x{(1 + 0.2 / horizon) ** total_steps:.3g} over the run when the KL stays 20% or more off target")
-
-
-def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # one instance per stage, looked up by name: no value equality or 31-field repr to build at every start

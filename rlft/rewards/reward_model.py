@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlft.numbers import is_finite
 from rlft import world
 
 NORMALIZE = ("none", "running", "fixed")
@@ -35,10 +36,6 @@ KWARGS = ("path", "batch_size", "device", "normalize", "mean", "std")
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], "_Scorer"] = {}
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _looks_hub_id(path: str) -> bool:
@@ -75,9 +72,9 @@ def check_kwargs(kwargs: dict, pending: tuple[str, ...] = ()) -> list[tuple[str,
     if normalize not in NORMALIZE:
         problems.append(("normalize", f"must be one of {', '.join(NORMALIZE)}, got {normalize!r}"))
     for key in ("mean", "std"):
-        if key in kwargs and not _is_number(kwargs[key]):
+        if key in kwargs and not is_finite(kwargs[key]):
             problems.append((key, f"must be a number, got {kwargs[key]!r}"))
-    if normalize == "fixed" and _is_number(kwargs.get("std", 1.0)) and not kwargs.get("std", 1.0) > 0:
+    if normalize == "fixed" and is_finite(kwargs.get("std", 1.0)) and not kwargs.get("std", 1.0) > 0:
         problems.append(("std", f"must be above 0 with normalize: fixed, got {kwargs.get('std')!r}"))
     return problems
 

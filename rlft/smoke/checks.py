@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.numbers import is_finite
 from rlft.rundir import names as run_files
 
 MOST = 0.5  # a reward must score more than this share of the completions it was asked about
@@ -20,12 +21,6 @@ class RunCheck:
     def fail(self, code: int, line: str) -> None:
         self.problems.append(line)
         self.code = max(self.code, code)
-
-
-def _number(x) -> bool:
-    import math
-
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)  # NaN is no score
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -61,9 +56,9 @@ def check_rewards(rows: list[dict], logs: list[dict], max_failure_fraction: floa
             continue
         for name, value in rewards.items():
             asked[name] = asked.get(name, 0) + 1
-            scored[name] = scored.get(name, 0) + _number(value)
+            scored[name] = scored.get(name, 0) + is_finite(value)
     seen = sum("total" in row for row in rows)
-    unscored = sum("total" in row and not _number(row["total"]) for row in rows)
+    unscored = sum("total" in row and not is_finite(row["total"]) for row in rows)
     if seen and unscored / seen > max_failure_fraction:
         out.fail(4, f"stopped: {failure_message(unscored, seen, max_failure_fraction, _failing(logs))} (a real run "
                     f"stops here with exit 4 once {_guard_minimum()} completions are scored; this one scored {seen})")
@@ -85,7 +80,7 @@ def _guard_minimum() -> int:
 def check_episodes(rows: list[dict]) -> tuple[list[str], str]:
     """(problems, a line for `tested`): the environment took steps that were not faults."""
     turns = [t for row in rows if isinstance(row.get("turns"), list) for t in row["turns"] if isinstance(t, dict)]
-    steps = [t for t in turns if not t.get("fault") and _number(t.get("reward"))]
+    steps = [t for t in turns if not t.get("fault") and is_finite(t.get("reward"))]
     episodes = sum(isinstance(row.get("turns"), list) for row in rows)
     if not steps:
         faults = sorted({str(t.get("fault"))[:120] for t in turns if t.get("fault")})

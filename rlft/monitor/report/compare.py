@@ -6,10 +6,10 @@ when a curve is drawn."""
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlft.numbers import is_finite
 from rlft.rundir import names as run_files
 
 # the curves a side-by-side shows first when every compared run logged them
@@ -25,7 +25,7 @@ class EvalPoint:
 
 
 def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+    return float(x) if is_finite(x) else None
 
 
 def eval_points(run) -> list[EvalPoint]:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.numbers import is_finite, is_number
 from rlft.rundir import names as run_files
 
 # completion-row keys that are not extra prompt columns
@@ -77,24 +78,16 @@ def _num(x):
     return None
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _is_finite(x) -> bool:
-    return _is_number(x) and math.isfinite(x)
-
-
 # kinds of value a field of a run file may hold (null always may: "not measured")
 KINDS = {
-    "number": _is_number,                                       # NaN / Infinity too: shown as "none"
-    "finite": _is_finite,                                       # steps, times: used as positions and in the page's JSON
-    "count": lambda v: _is_finite(v) and v >= 0,
+    "number": is_number,                                        # NaN / Infinity too: shown as "none"
+    "finite": is_finite,                                        # steps, times: used as positions and in the page's JSON
+    "count": lambda v: is_finite(v) and v >= 0,
     "text": lambda v: isinstance(v, str),
     "object": lambda v: isinstance(v, dict),
-    "id": lambda v: isinstance(v, str) or _is_finite(v),
-    "flag or number": lambda v: isinstance(v, bool) or _is_finite(v),
-    "text or number": lambda v: isinstance(v, str) or _is_finite(v),
+    "id": lambda v: isinstance(v, str) or is_finite(v),
+    "flag or number": lambda v: isinstance(v, bool) or is_finite(v),
+    "text or number": lambda v: isinstance(v, str) or is_finite(v),
 }
 COUNTS = {k: "count" for k in ("completion_tokens", "completion_length", "length", "prompt_tokens", "prompt_length")}
 # the fields the report reads from each jsonl file and the kind each must be; a row with another kind in
@@ -119,15 +112,15 @@ def _fits(row: dict, fields: dict) -> bool:
 def metrics_row_ok(row) -> bool:
     """A metrics.jsonl row: an object with a numeric step whose values are numbers, true/false or null
     (`stage` is the one text field rlft writes)."""
-    return (isinstance(row, dict) and _is_finite(row.get("step"))
-            and all(v is None or isinstance(v, bool) or _is_number(v) or (k == "stage" and isinstance(v, str))
+    return (isinstance(row, dict) and is_finite(row.get("step"))
+            and all(v is None or isinstance(v, bool) or is_number(v) or (k == "stage" and isinstance(v, str))
                     for k, v in row.items()))
 
 
 def completion_row_ok(row) -> bool:
     """A completions.jsonl / samples.jsonl row: its known fields of the right kind, every reward score a number."""
     return (isinstance(row, dict) and _fits(row, ROW_FIELDS["completions"])
-            and all(v is None or _is_number(v) for v in (row.get("rewards") or {}).values()))
+            and all(v is None or is_number(v) for v in (row.get("rewards") or {}).values()))
 
 
 def health_row_ok(row) -> bool:
