@@ -78,7 +78,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     if not source:
         err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
-    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else here / "eval.jsonl")
+    dest = out or ((tgt.run_root / run_files.EVAL) if tgt.run_root is not None else here / run_files.EVAL)
     shown = shown or dest
     from rlft.rundir.markers import check_output_file
 

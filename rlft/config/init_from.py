@@ -29,7 +29,7 @@ def run_root(path: str | Path) -> Path:
 
 
 def is_finished(root: Path) -> bool:
-    final = root / "final"
+    final = root / run_files.FINAL
     return (final / "adapter_config.json").is_file() or (final / "config.json").is_file()
 
 
@@ -50,7 +50,7 @@ class ChainError(ValueError):
 
 def has_adapter(root: Path) -> bool:
     """Whether run `root` saved a LoRA adapter (else its final/ holds a full model)."""
-    return (root / "final" / "adapter_config.json").is_file()
+    return (root / run_files.FINAL / "adapter_config.json").is_file()
 
 
 def _candidates(root: Path, parent: str) -> list[Path]:
@@ -152,9 +152,9 @@ def start_weights(root: Path, name: str, tiny_init_std: float) -> Weights:
 def weights_after(root: Path, name: str, tiny_init_std: float) -> Weights:
     """The weights after run `root`: its start with its final adapter merged in, or its full model."""
     if not has_adapter(root):
-        return Weights(full=root / "final")
+        return Weights(full=root / run_files.FINAL)
     start = start_weights(root, name, tiny_init_std)
-    return replace(start, adapters=(*start.adapters, root / "final"))
+    return replace(start, adapters=(*start.adapters, root / run_files.FINAL))
 
 
 def starts_from_base(root: Path) -> bool:
@@ -175,7 +175,7 @@ class InitRun:
 
     @property
     def final(self) -> Path:
-        return self.root / "final"
+        return self.root / run_files.FINAL
 
     def start(self) -> Weights:
         return start_weights(self.root, self.name, self.tiny_init_std)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from rlft.numbers import is_number  # noqa: F401 - the specs' (they import only config modules)
+from rlft.numeric import is_number  # noqa: F401 - the specs' (they import only config modules)
 
 # Health rules every training stage gets (names of rules in rlft.monitor.health.RULES).
 BASE_HEALTH = ("loss_nan", "grad_norm")

@@ -12,7 +12,7 @@ from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_number
+from rlft.numeric import is_number
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.lr import resolve_learning_rate

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rundir import names as run_files
 
 # exit code of a stage -> status in summary.json

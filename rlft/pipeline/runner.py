@@ -15,7 +15,7 @@ from rlft.config.errors import ConfigError
 from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides, starts_next
 from rlft.rundir import names as run_files
 
-SUMMARY = "pipeline_summary.json"
+SUMMARY = run_files.PIPELINE_SUMMARY
 
 
 def stage_finished(run_dir: Path) -> bool:

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 
 
 def _mapping(value: Any) -> dict:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlft.rundir import names as run_files
 from rlft.config.stages import get_spec
 from rlft.config.stagespec import PREFERENCE_COLUMNS, DataLengths
 
@@ -107,7 +108,7 @@ def tokenizer_files(cfg) -> tuple[dict[str, Path], str]:
     if cfg.model.init_from:
         from rlft.config.init_from import run_root
 
-        folder: Path | None = run_root(cfg.model.init_from) / "final"
+        folder: Path | None = run_root(cfg.model.init_from) / run_files.FINAL
     elif name == "tiny":
         from rlft.tiny import default_cache_dir, tiny_model_name
 

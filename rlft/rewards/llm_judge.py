@@ -39,13 +39,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_number
+from rlft.rundir import names as run_files
+from rlft.numeric import is_number
 
 __all__ = ["llm_judge", "check_kwargs", "parse_reply", "template_fields", "JudgeError", "CACHE_FILE"]
 
 logger = logging.getLogger("rlft.rewards")
 
-CACHE_FILE = "judge_cache.jsonl"
+CACHE_FILE = run_files.JUDGE_CACHE
 # the fields a template may always use; every other `{name}` is a dataset column
 BUILT_IN_FIELDS = ("prompt", "completion")
 DEFAULTS: dict[str, Any] = {"concurrency": 4, "timeout_s": 30.0, "retries": 3, "backoff_s": 1.0, "max_tokens": 64,

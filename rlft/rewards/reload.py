@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rewards.registry import import_file
 from rlft.rewards.safe import RewardSuite, SafeReward
 

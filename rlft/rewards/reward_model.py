@@ -27,11 +27,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_finite
+from rlft.rundir import names as run_files
+from rlft.numeric import is_finite
 from rlft import world
 
 NORMALIZE = ("none", "running", "fixed")
-SCORING_FILE = "rlft_reward_model.json"  # written beside the weights by the rm stage (rlft.trainers.reward)
+SCORING_FILE = run_files.REWARD_MODEL_SCORING  # written beside the weights by the rm stage (rlft.trainers.reward)
 KWARGS = ("path", "batch_size", "device", "normalize", "mean", "std")
 
 _LOCK = threading.Lock()

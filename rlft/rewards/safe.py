@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rewards.capture import capture_output
 from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
 from rlft.rewards.unscored import Unscored

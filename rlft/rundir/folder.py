@@ -19,13 +19,14 @@ nothing else; a run folder holding anything else, a link included, is moved asid
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.rundir import names as run_files
-from rlft.rundir.lock import RunLock
+from rlft.rundir.lock import LOCK_NAME, RunLock
 from rlft.rundir.markers import Owned, read_marker, write_marker
 
 RUN_KIND = "run"
@@ -33,12 +34,14 @@ LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run
 
 # every name rlft (and the libraries it runs, pointed here) writes at the top of a run folder; a rule in code,
 # so nothing copied into a folder can widen what rlft deletes. `.tmp`: the files written by rename.
-_RUN_FILES = (r"config\.yaml", r"config\.step-\d+\.yaml", r"metrics\.jsonl", r"completions\.jsonl",
-              r"eval_completions\.jsonl", r"health\.jsonl", r"reward_logs\.jsonl", r"samples\.jsonl",
-              r"summary\.json", r"distributed\.json", r"rounds\.json", r"overrides\.yaml", r"launch\.sbatch",
-              r"eval\.jsonl", r"judge_cache\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
+_RUN_FILES = (*(re.escape(name) for name in (
+    run_files.CONFIG, run_files.METRICS, run_files.COMPLETIONS, run_files.EVAL_COMPLETIONS, run_files.HEALTH,
+    run_files.REWARD_LOGS, run_files.SAMPLES, run_files.SUMMARY, run_files.DISTRIBUTED, run_files.ROUNDS,
+    run_files.OVERRIDES, run_files.LAUNCH_SBATCH, run_files.EVAL, run_files.JUDGE_CACHE, LOCK_NAME)),
+    r"config\.step-\d+\.yaml", r"\.rlft-eval-config\.yaml")
 RUN_OWNED = Owned(files=(*_RUN_FILES, *(f + r"\.tmp" for f in _RUN_FILES), r"\.rlft-eval-config\.yaml\..+\.tmp"),
-                  dirs=("checkpoints", "final", r"final\.tmp", "report", "tensorboard", "wandb"))
+                  dirs=(run_files.CHECKPOINTS, run_files.FINAL, r"final\.tmp", run_files.REPORT, "tensorboard",
+                        "wandb"))
 
 
 @dataclass

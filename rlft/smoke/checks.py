@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rundir import names as run_files
 
 MOST = 0.5  # a reward must score more than this share of the completions it was asked about
@@ -102,7 +102,7 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     if summary.get("status") != "finished":
         error = f": {summary['error']}" if summary.get("error") else ""
         out.fail(int(summary.get("exit_code") or 1), f"{summary.get('status')} at step {summary.get('steps')}{error}")
-    if not (run_root / "final").is_dir():
+    if not (run_root / run_files.FINAL).is_dir():
         out.fail(1, "no final/ model")
     if not samples:
         return out

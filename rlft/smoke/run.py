@@ -151,7 +151,7 @@ def check_and_report(run: StageRun, outcome: Outcome) -> list[str]:
         tested.append(f"rlft report: {res.index} ({res.graphs} graphs, {res.completions} completions)")
     except Exception as exc:  # noqa: BLE001 - any failure of the report is the finding
         outcome.fail(1, f"{run.label}: rlft report failed: {type(exc).__name__}: {exc}")
-    if (run.root / "final").is_dir():
+    if (run.root / run_files.FINAL).is_dir():
         try:
             tested.append(_load_and_generate(run.root))
         except Exception as exc:  # noqa: BLE001 - any failure to load the model is the finding

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from accelerate.utils import gather_object
 
+from rlft.rundir import names as run_files
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, RewardLog, score_texts
@@ -47,7 +48,7 @@ class GRPORewards:
         if run is not None and mon.reward_hot_reload and self.reward_suite is not None:
             from rlft.rewards.reload import RewardReloader
 
-            self.reloader = RewardReloader(self.reward_suite, run.root / "overrides.yaml")
+            self.reloader = RewardReloader(self.reward_suite, run.root / run_files.OVERRIDES)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
         self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
 

@@ -9,7 +9,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rundir import names as run_files
 
 # the curves a side-by-side shows first when every compared run logged them

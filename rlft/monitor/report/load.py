@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.numbers import is_finite, is_number
+from rlft.numeric import is_finite, is_number
 from rlft.rundir import names as run_files
 
 # completion-row keys that are not extra prompt columns
@@ -317,8 +317,8 @@ def fill_lengths(c: Completions, tokenizer_json: Path | None) -> None:
 
 
 def find_tokenizer(path: Path) -> Path | None:
-    candidates = [path / "final" / "tokenizer.json"]
-    ckpt_dir = path / "checkpoints"
+    candidates = [path / run_files.FINAL / "tokenizer.json"]
+    ckpt_dir = path / run_files.CHECKPOINTS
     ckpts = sorted(ckpt_dir.glob(f"{run_files.CHECKPOINT_GLOB}/tokenizer.json")) if ckpt_dir.is_dir() else []
     candidates += ckpts[::-1]
     return next((p for p in candidates if p.is_file()), None)

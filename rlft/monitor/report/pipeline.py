@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.numbers import is_finite
+from rlft.numeric import is_finite
 from rlft.rundir import names as run_files
 
-SUMMARY = "pipeline_summary.json"
+SUMMARY = run_files.PIPELINE_SUMMARY
 
 
 @dataclass

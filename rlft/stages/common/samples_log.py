@@ -22,7 +22,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from rlft.numbers import is_finite, is_number
+from rlft.numeric import is_finite, is_number
 
 DECISION_KEYS = ("kept", "weight")
 
