@@ -60,7 +60,6 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
             "same job, identical; a spec imports only config modules: the body to config/, algos/ importing it",
         # same name, different jobs: to rename one of them
         "as_text: rlft/data/messages.py, rlft/plan/render.py": "different jobs",
-        "aside_path: rlft/rundir/folder.py, rlft/runtime/resume_plan.py": "different jobs",
         "describe: rlft/config/eval_sampling.py, rlft/config/keys.py, rlft/config/metric_docs.py, rlft/data/chat.py, "
         "rlft/runtime/sharding.py": "five describers of five things",
         "episode_return_advantages: rlft/algos/estimators.py, rlft/trainers/advantage_steps.py":
@@ -75,7 +74,6 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
         "report: rlft/commands/report.py, rlft/plan/render.py": "a verb and a plan's text",
         "required_columns: rlft/rewards/columns.py, rlft/rewards/llm_judge.py": "the reader and one declaration",
         "reward_model: rlft/plan/terms.py, rlft/rewards/reward_model.py": "a memory term and a reward",
-        "run_config: rlft/monitor/report/compare.py, rlft/posttrain/target.py": "different readers of config.yaml",
         "sampler_copy: rlft/plan/terms.py, rlft/rollout/offpolicy.py": "a memory term and the copy itself",
         "tiny_config: rlft/models/tiny_family.py, rlft/plan/model_shape.py": "a model config and its shape",
     },

@@ -48,7 +48,7 @@ def target_steps(cfg: RlftConfig) -> int:
     return total_steps(cfg) if total_steps is not None else cfg.train.max_steps
 
 
-def aside_path(bad: Path) -> Path:
+def damaged_path(bad: Path) -> Path:
     """Where a damaged checkpoint goes: an earlier damaged copy of the same step keeps its name."""
     aside, n = bad.with_name(f"damaged-{bad.name}"), 1
     while aside.exists():
@@ -62,7 +62,7 @@ def newest_whole(complete: list[Path], problem_of: ProblemOf) -> tuple[Path | No
     good, aside = list(complete), []
     while good and (problem := problem_of(good[-1])):
         bad = good.pop()
-        aside.append(SetAside(bad, problem, aside_path(bad), good[-1] if good else None))
+        aside.append(SetAside(bad, problem, damaged_path(bad), good[-1] if good else None))
     return (good[-1] if good else None), tuple(aside)
 
 
