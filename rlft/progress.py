@@ -26,6 +26,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from rlft import world
+
 __all__ = ["EVERY_ENV", "QUIET_ENV", "Task", "attach", "detach", "enabled", "every", "every_problem", "phase",
            "plain_line", "task"]
 
@@ -65,13 +67,9 @@ def every() -> float:
         float(os.environ[EVERY_ENV])
 
 
-def _main_rank() -> bool:
-    return os.environ.get("RANK", "0") == "0"
-
-
 def enabled() -> bool:
     """Whether progress is shown here: not quiet, rank 0, the main thread."""
-    return not quiet() and _main_rank() and threading.current_thread() is threading.main_thread()
+    return not quiet() and world.is_main() and threading.current_thread() is threading.main_thread()
 
 
 _console = None

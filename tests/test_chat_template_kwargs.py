@@ -85,7 +85,7 @@ def test_validate_config_refuses_a_non_mapping(tmp_path):
 
 def test_rlft_eval_renders_with_the_config_s_variables(tokenizer, monkeypatch):
     """`rlft eval -c my.yaml` (or an override) with data.chat_template_kwargs samples prompts rendered with them;
-    without them the tokenizer renders as loaded (load_policy binds the run's own)."""
+    without them the tokenizer renders as loaded (load_trained_policy binds the run's own)."""
     import rlft.posttrain.evaluate as ev
 
     def loaded(target):  # a tokenizer with no variables bound, as a run without them loads it
@@ -93,7 +93,7 @@ def test_rlft_eval_renders_with_the_config_s_variables(tokenizer, monkeypatch):
         tok.apply_chat_template = type(tok).apply_chat_template.__get__(tok)
         return None, tok
 
-    monkeypatch.setattr(ev, "load_policy", loaded)
+    monkeypatch.setattr(ev, "load_trained_policy", loaded)
     for overrides, shown in ((["data.chat_template_kwargs={flavour: mint}"], "[mint]"), ([], "[plain]")):
         _, tok = ev.policy_for(None, _cfg(*overrides))
         assert tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True).endswith(shown), overrides

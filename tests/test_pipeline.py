@@ -178,9 +178,10 @@ sp = policy.state_dict()
 print("INIT_FROM", cfg.model.init_from.endswith("02-awr"), "REF", cfg.model.ref, load_reference(cfg) is None)
 print("EQUALS_STAGE2", all(torch.equal(sp[k], v) for k, v in by_hand.state_dict().items()))
 print("EQUALS_STAGE1", all(torch.equal(sp[k], v) for k, v in only_orpo.items()))
-from rlft.posttrain.policy import load_policy
+from rlft.posttrain.policy import load_trained_policy
 from rlft.posttrain.target import resolve_target
-served = load_policy(resolve_target(root + "/02-awr"))[0].merge_and_unload().state_dict()  # rlft generate/eval/export
+# rlft generate/eval/export
+served = load_trained_policy(resolve_target(root + "/02-awr"))[0].merge_and_unload().state_dict()
 print("SERVED_STAGE2", all(torch.allclose(served[k], v, atol=1e-6) for k, v in by_hand.state_dict().items()))
 """
 

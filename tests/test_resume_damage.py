@@ -186,7 +186,8 @@ def test_init_from_a_run_with_a_damaged_config_is_one_problem(tmp_path, case):
 
 def test_init_from_chain_names_a_damaged_or_missing_earlier_run(tmp_path):
     from rlft.config.schema import RlftConfig
-    from rlft.models.init_from import start_model, starts_from_base
+    from rlft.config.init_from import ChainError, starts_from_base
+    from rlft.models.init_from import start_model
     from rlft.models.loading import ModelLoadError
 
     cfg = RlftConfig()
@@ -194,7 +195,7 @@ def test_init_from_chain_names_a_damaged_or_missing_earlier_run(tmp_path):
     with pytest.raises(ModelLoadError, match=r"middle/config.yaml is damaged: its model section is not a mapping"):
         start_model(middle, cfg)
     (middle / "config.yaml").write_text("stage: grpo\nmodel:\n  init_from: [a, b]\n")
-    with pytest.raises(ModelLoadError, match=r"its model.init_from is not a path"):
+    with pytest.raises(ChainError, match=r"its model.init_from is not a path"):
         starts_from_base(middle)
     (middle / "config.yaml").write_text(f"stage: grpo\nmodel:\n  init_from: {tmp_path / 'gone'}\n")
     with pytest.raises(ModelLoadError, match=r"started from .*gone, which is gone"):

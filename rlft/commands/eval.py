@@ -11,6 +11,7 @@ import typer
 
 from rlft.config.stages import DEFAULT_STAGE
 from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, QUIET_OPT, err, exits, load, quiet
+from rlft.rundir import names as run_files
 
 
 TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "
@@ -77,7 +78,7 @@ def eval_cmd(target: Path = TARGET_ARG, config: Optional[List[Path]] = FILES_OPT
     if not source:
         err("error: no evaluation prompts: set data.eval in the config or pass --data FILE (or --data demo)")
         raise typer.Exit(2)
-    dest = out or ((tgt.run_root / "eval.jsonl") if tgt.run_root is not None else here / "eval.jsonl")
+    dest = out or ((tgt.run_root / run_files.EVAL) if tgt.run_root is not None else here / run_files.EVAL)
     shown = shown or dest
     from rlft.rundir.markers import check_output_file
 
@@ -132,7 +133,7 @@ def _own_final_eval(tgt, res: dict) -> dict | None:
 
     if tgt.run_root is None or tgt.step is not None:
         return None
-    end = ((read_summary(tgt.run_root / "summary.json") or {}).get("eval") or {}).get("end")
+    end = ((read_summary(tgt.run_root / run_files.SUMMARY) or {}).get("eval") or {}).get("end")
     return end if isinstance(end, dict) and end.get("eval_set") == res["eval_set"] else None
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from rlft.config.schema import RlftConfig
+from rlft.rundir import names as run_files
 
-__all__ = ["TryError", "check_sources", "default_out", "run_config_file", "run_stage", "try_rewards"]
+__all__ = ["TryError", "check_sources", "default_out", "run_config_file", "run_stage_name", "try_rewards"]
 
 
 class TryError(Exception):
@@ -71,7 +72,7 @@ def check_sources(from_run: Path | None, completions: Path | None, sample: int |
         if not run_log(from_run).is_file():
             raise TryError(f"--from-run {from_run}: no completions.jsonl or samples.jsonl (a run of a stage that "
                            f"samples, with monitor.log_completions not 0)")
-        if not (from_run / "config.yaml").is_file():
+        if not (from_run / run_files.CONFIG).is_file():
             raise TryError(f"--from-run {from_run}: no config.yaml (not an rlft run folder)")
     if completions is not None and not completions.is_file():
         raise TryError(f"--completions {completions}: no such file")
@@ -93,10 +94,10 @@ def check_counts(sample: int | None, max_prompts: int | None) -> None:
 
 def run_log(run: Path) -> Path:
     """A run's completion rows: completions.jsonl, or samples.jsonl of RS-SFT/AWR."""
-    return run / "completions.jsonl" if (run / "completions.jsonl").is_file() else run / "samples.jsonl"
+    return run / run_files.COMPLETIONS if (run / run_files.COMPLETIONS).is_file() else run / run_files.SAMPLES
 
 
-def run_stage(run: Path) -> str:
+def run_stage_name(run: Path) -> str:
     from rlft.config.stages import DEFAULT_STAGE
     from rlft.rundir.resume_keys import saved_config
 
@@ -116,7 +117,7 @@ def run_config_file(run: Path, stage: str) -> Path:
         raise TryError(f"--from-run {run}: {exc}") from None
 
 
-def read_jsonl(path: Path, what: str) -> list[tuple[int, dict]]:
+def numbered_rows(path: Path, what: str) -> list[tuple[int, dict]]:
     """(line number, object) for every non-blank line; a line that is not a JSON object is a TryError."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -198,7 +199,7 @@ def items_from_run(run: Path, cfg: RlftConfig) -> list[Item]:
     from rlft.stages.common.prompt_data import load_prompt_dataset
 
     path = run_log(run)
-    rows = read_jsonl(path, "--from-run")
+    rows = numbered_rows(path, "--from-run")
     try:
         ds = load_prompt_dataset(cfg)
     except RunError as exc:
@@ -228,7 +229,7 @@ def items_from_run(run: Path, cfg: RlftConfig) -> list[Item]:
 def items_from_file(path: Path, prompt_column: str) -> list[Item]:
     """Hand-written rows: {"row": {prompt, other columns...}, "completion"} or {"prompt", "completion"}."""
     items, ids = [], {}
-    for line, row in read_jsonl(path, "--completions"):
+    for line, row in numbered_rows(path, "--completions"):
         data = row.get("row")
         if data is not None and not isinstance(data, dict):
             raise TryError(f"{path}:{line}: `row` must be an object of data columns, got {type(data).__name__}")

@@ -37,7 +37,7 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
                 quiet: bool = QUIET_OPT) -> None:
     """Run the config's rewards on completions without training: per-reward statistics, failures with tracebacks,
     time per call, prompts without signal, and a verdict."""
-    from rlft.commands.reward_try import check_sources, default_out, run_config_file, run_stage, try_rewards
+    from rlft.commands.reward_try import check_sources, default_out, run_config_file, run_stage_name, try_rewards
 
     files, own = list(config or []), None
     if out is None:  # like every run, under runs/, and never over an earlier trial
@@ -48,7 +48,7 @@ def rewards_try(config: Optional[List[Path]] = FILES_OPT, overrides: Optional[Li
         shown, out = out, Path(os.path.abspath(out))
         from_run, completions = (None if p is None else Path(os.path.abspath(p)) for p in (from_run, completions))
         if from_run is not None:  # the run's own config first: its data rows, and its rewards unless -c sets others
-            stage = stage or run_stage(from_run)
+            stage = stage or run_stage_name(from_run)
             own = run_config_file(from_run, stage)
             files.insert(0, own)
     try:

@@ -17,6 +17,7 @@ import yaml
 
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import HARDWARE, STAGES
+from rlft.rundir import names as run_files
 
 CLI_LAYER = "command line"
 
@@ -245,7 +246,7 @@ RUN_CONFIG_LAYER = ".rlft-eval-config.yaml"
 
 
 def _run_config_layer(path: Path) -> Layer:
-    real = path.parent / "config.yaml"
+    real = path.parent / run_files.CONFIG
     layer = load_layer(path, name=display_path(real))
     try:
         layer.lines = load_layer(real).lines  # the same keys (a subset of config.yaml), at their lines there

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
-from rlft.config.run_config import RunConfigError, read_run_config, value_kind
+from rlft.config.run_config import RunConfigError, read_run_config, json_kind
+from rlft.rundir import names as run_files
 
 if TYPE_CHECKING:
     from rlft.config.schema import ModelConfig
@@ -28,7 +29,7 @@ def run_root(path: str | Path) -> Path:
 
 
 def is_finished(root: Path) -> bool:
-    final = root / "final"
+    final = root / run_files.FINAL
     return (final / "adapter_config.json").is_file() or (final / "config.json").is_file()
 
 
@@ -37,8 +38,8 @@ def read_chain_run(root: Path) -> dict:
     RunConfigError when it is not readable YAML, not a mapping, or its `model` section is not one."""
     data = read_run_config(root)
     if not isinstance(data.get("model", {}), dict):
-        raise RunConfigError(f"{root / 'config.yaml'} is damaged: its model section is not a mapping",
-                             root / "config.yaml", found=value_kind(data["model"]))
+        raise RunConfigError(f"{root / run_files.CONFIG} is damaged: its model section is not a mapping",
+                             root / run_files.CONFIG, found=json_kind(data["model"]))
     return data
 
 
@@ -49,7 +50,7 @@ class ChainError(ValueError):
 
 def has_adapter(root: Path) -> bool:
     """Whether run `root` saved a LoRA adapter (else its final/ holds a full model)."""
-    return (root / "final" / "adapter_config.json").is_file()
+    return (root / run_files.FINAL / "adapter_config.json").is_file()
 
 
 def _candidates(root: Path, parent: str, moved: bool) -> list[Path]:
@@ -77,10 +78,10 @@ def locate_parent(root: Path, model_cfg: dict) -> Path | None:
     if parent is None or parent == "":
         return None
     if not isinstance(parent, str):
-        raise ChainError(f"{root / 'config.yaml'} is damaged: its model.init_from is not a path")
+        raise ChainError(f"{root / run_files.CONFIG} is damaged: its model.init_from is not a path")
     recorded = model_cfg.get("init_config_hash")
     hashed = isinstance(recorded, str) and bool(recorded)
-    found = [c for c in _candidates(root, parent, moved=hashed) if (c / "config.yaml").is_file()]
+    found = [c for c in _candidates(root, parent, moved=hashed) if (c / run_files.CONFIG).is_file()]
     if not found:
         raise ChainError(f"run {root} started from {parent}, which is gone; the chain's weights cannot be rebuilt "
                          f"without it")
@@ -97,9 +98,9 @@ def locate_parent(root: Path, model_cfg: dict) -> Path | None:
     first = found[0]
     now = hashes.get(first, "unreadable")
     raise ChainError(f"run {root} started from run {first} when its config.yaml had hash {recorded} (model."
-                     f"init_config_hash in {root / 'config.yaml'}); it now has hash {now}: {first} was replaced (e.g. "
-                     f"by --overwrite) after {root} trained on it, so {root}'s weights cannot be rebuilt as they were "
-                     f"trained. Restore that run, or train {root} again from the run there now")
+                     f"init_config_hash in {root / run_files.CONFIG}); it now has hash {now}: {first} was replaced "
+                     f"(e.g. by --overwrite) after {root} trained on it, so {root}'s weights cannot be rebuilt as they "
+                     f"were trained. Restore that run, or train {root} again from the run there now")
 
 
 def _chain_model(root: Path) -> dict:
@@ -156,9 +157,9 @@ def start_weights(root: Path, name: str, tiny_init_std: float) -> Weights:
 def weights_after(root: Path, name: str, tiny_init_std: float) -> Weights:
     """The weights after run `root`: its start with its final adapter merged in, or its full model."""
     if not has_adapter(root):
-        return Weights(full=root / "final")
+        return Weights(full=root / run_files.FINAL)
     start = start_weights(root, name, tiny_init_std)
-    return replace(start, adapters=(*start.adapters, root / "final"))
+    return replace(start, adapters=(*start.adapters, root / run_files.FINAL))
 
 
 def starts_from_base(root: Path) -> bool:
@@ -179,7 +180,7 @@ class InitRun:
 
     @property
     def final(self) -> Path:
-        return self.root / "final"
+        return self.root / run_files.FINAL
 
     def start(self) -> Weights:
         return start_weights(self.root, self.name, self.tiny_init_std)
@@ -203,7 +204,7 @@ def init_run(model: ModelConfig) -> InitRun | None:
 def config_hash(root: Path) -> str:
     import hashlib  # here: loading OpenSSL costs a few ms of every validate-config, which rarely hashes
 
-    return hashlib.sha256((root / "config.yaml").read_bytes()).hexdigest()[:12]
+    return hashlib.sha256((root / run_files.CONFIG).read_bytes()).hexdigest()[:12]
 
 
 def _model_of(run_cfg: dict) -> dict[str, Any]:
@@ -239,7 +240,7 @@ def resolve_init_from(c: Composed, problems: list[Problem]) -> None:
     if not root.is_dir():
         problems.append(Problem("model.init_from", where, f"no run folder `{value}`"))
         return
-    if not (root / "config.yaml").is_file():
+    if not (root / run_files.CONFIG).is_file():
         problems.append(Problem("model.init_from", where, f"`{value}` is not an rlft run folder (no config.yaml)"))
         return
     if not is_finished(root):

@@ -3,8 +3,8 @@ the metrics (`StageSpec.metrics`). `python -m rlft.docs` renders them into docs/
 tests/test_docs.py fails when a metric a stage lists has no meaning or unit here.
 
 Standard library only (no torch), like rlft.config.stagespec. A name's entry is looked up (`describe`) in its
-stage's own table first (`STAGE_METRICS`: where a stage computes a metric its own way, e.g. ORPO's
-`logps/chosen` is a per-token mean where DPO's is a sum), then in the shared ones: `METRICS` (the names stages
+stage's own table first (its StageSpec's `metric_meanings`: where a stage computes a metric its own way, e.g.
+ORPO's `logps/chosen` is a per-token mean where DPO's is a sum), then in the shared ones: `METRICS` (the names stages
 list), `ROW_KEYS` (every row), `CONDITIONAL` (keys some settings add) and `PATTERNS` (names with a part that
 varies: `rewards/<name>/mean`). Each entry is (meaning, unit); the meanings say what the code computes (rlft's
 trainers and rlft.algos, or TRL's trainer where TRL logs the metric), over the logged step unless they say
@@ -15,21 +15,8 @@ from __future__ import annotations
 
 import re
 
-Doc = tuple[str, str]  # (meaning, unit)
-
-# units
-REWARD = "reward units"
-NATS_TOKEN = "nats per token"
-NATS_SEQ = "nats per sequence"
-TOKENS = "tokens"
-FRACTION = "fraction 0-1"
-SECONDS = "seconds"
-COUNT = "count"
-RATIO = "ratio"
-ONE = "1 (dimensionless)"
-LR = "learning-rate units"
-COEF = "coefficient (per nat per token)"
-INDEX = "index (1-based)"
+from rlft.config.stagespec import COEF, COUNT, FRACTION, INDEX, LR, NATS_SEQ, NATS_TOKEN, ONE, RATIO, REWARD, \
+    SECONDS, TOKENS, Doc
 
 # The sampled stages' batch metrics: GRPO (TRL's GRPOTrainer with rlft's hooks, rlft/trainers/grpo.py; rlft's
 # PPO loop over multi-turn episodes, rlft/stages/grpo/episodes.py) and PPO (rlft/trainers/ppo.py).
@@ -178,73 +165,6 @@ TRAIN: dict[str, Doc] = {
 
 METRICS: dict[str, Doc] = {**ONLINE, **GRPO_BATCH, **PPO, **PREFERENCE, **ROUNDS, **TRAIN}
 
-# A stage's own meaning of a shared name
-STAGE_METRICS: dict[str, dict[str, Doc]] = {
-    "rm": {  # TRL's RewardTrainer (trl/trainer/reward_trainer.py); `eval_` + the name on held-out pairs
-        "loss": ("TRL: Bradley-Terry loss −log σ(r_chosen − r_rejected), mean over the step's pairs (plus "
-                 "`rm.center_rewards_coefficient`·mean(r²) when set)", ONE),
-        "accuracy": ("TRL: pairwise accuracy, share of the step's pairs whose chosen answer scores above the "
-                     "rejected one", FRACTION),
-        "margin": ("TRL: mean reward margin r_chosen − r_rejected over the step's pairs", REWARD),
-        "mean_reward": ("TRL: mean score of the step's chosen and rejected answers", REWARD),
-        "min_reward": ("TRL: lowest score among the step's answers", REWARD),
-        "max_reward": ("TRL: highest score among the step's answers", REWARD),
-        "num_tokens": ("TRL: tokens of the pairs trained on so far (all processes)", TOKENS),
-    },
-    "grpo": {
-        "reward": ("TRL: mean total reward (the `rewards[]` scores times their weights, summed; a failed score counts "
-                   "0 unless every reward failed) of the step's sampled completions; with `env.name`, the mean "
-                   "episode return", REWARD),
-        "loss": ("TRL's GRPO loss: the `grpo.loss_fn` policy term (ratio × advantage, averaged over completion "
-                 "tokens as `grpo.loss_agg` says) plus β·k3 KL with `kl_penalty_mode: loss`; over episodes, the same "
-                 "policy term computed by rlft", ONE),
-        "num_tokens": ("TRL: prompt and completion tokens sampled so far (all processes)", TOKENS),
-    },
-    "ppo": {
-        "loss": ("total PPO loss: policy_loss + `vf_coef`·value_loss − `ent_coef`·entropy, mean over the update's "
-                 "minibatches", ONE),
-        "advantage_mean": ("mean GAE advantage over action tokens after `ppo.advantage_norm` (≈ 0 with `whiten` "
-                           "and `center`; the raw mean with `none`)", ONE),
-        "advantage_std": ("standard deviation of the GAE advantages over action tokens after `ppo.advantage_norm` "
-                          "(≈ 1 with `whiten`; the raw spread with `center` and `none`), mean over processes", ONE),
-    },
-    "dpo": {
-        "loss": ("TRL's DPO loss (`dpo.loss_type`; sigmoid: −log σ(β·margin)), mean over pairs", ONE),
-    },
-    "orpo": {
-        "loss": ("TRL's ORPO loss: nll_loss − β·mean log σ(log odds of chosen over rejected)", NATS_TOKEN),
-        "rewards/chosen": ("TRL: β × the chosen answers' mean per-token log-probability under the policy",
-                           NATS_TOKEN + " × β"),
-        "rewards/rejected": ("TRL: β × the rejected answers' mean per-token log-probability under the policy",
-                             NATS_TOKEN + " × β"),
-        "rewards/margins": ("TRL: mean of chosen minus rejected reward per pair", NATS_TOKEN + " × β"),
-        "logps/chosen": ("TRL: the chosen answers' log-probability per answer token, averaged over pairs",
-                         NATS_TOKEN),
-        "logps/rejected": ("TRL: the rejected answers' log-probability per answer token, averaged over pairs",
-                           NATS_TOKEN),
-        "logits/chosen": ("TRL: the policy's logits averaged over the vocabulary and every position of the chosen "
-                          "sequences (prompt and padding included)", "logit units"),
-        "logits/rejected": ("TRL: the policy's logits averaged over the vocabulary and every position of the "
-                            "rejected sequences (prompt and padding included)", "logit units"),
-        "log_odds_ratio": ("TRL: mean log σ(log odds of chosen over rejected), the term ORPO maximises (≤ 0; 0 = "
-                           "chosen certain)", ONE),
-        "log_odds_chosen": ("TRL: mean log odds ratio log(odds(y_w) / odds(y_l)), odds from the per-token "
-                            "log-probabilities (> 0: chosen preferred)", ONE),
-        "nll_loss": ("TRL: cross-entropy of the chosen sequences over prompt and answer tokens (ORPO's SFT term)",
-                     NATS_TOKEN),
-    },
-    "rs_sft": {
-        "loss": ("TRL's SFT loss: negative log-likelihood of the kept completions' tokens (prompt masked)",
-                 NATS_TOKEN),
-    },
-    "awr": {
-        "loss": ("weighted NLL −Σ w·log π(token) over completion tokens / the step's completion tokens (weights not "
-                 "renormalised)", NATS_TOKEN),
-        "advantage_mean": ("mean advantage of the round's scored samples: total reward − `awr.baseline`, before "
-                           "normalisation", REWARD),
-    },
-}
-
 # Keys of every metrics.jsonl row besides the stage's metrics (rlft/monitor/metrics.py)
 ROW_KEYS: dict[str, Doc] = {
     "step": ("optimizer steps so far (ppo: updates; rs_sft/awr: counted over all rounds)", COUNT),
@@ -361,7 +281,9 @@ def _pattern(name: str) -> Doc | None:
 
 def describe(name: str, stage: str | None = None) -> Doc | None:
     """(meaning, unit) of metric `name` as stage `stage` logs it; None when it is not documented."""
-    own = STAGE_METRICS.get(stage or "", {})
+    from rlft.config.stages import SPECS
+
+    own = SPECS[stage].metric_meanings if stage in SPECS else {}
     for table in (own, METRICS, ROW_KEYS, CONDITIONAL):
         if name in table:
             return table[name]

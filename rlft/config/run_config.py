@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CONFIG_FILE = "config.yaml"
+from rlft.rundir import names as run_files
+
+CONFIG_FILE = run_files.CONFIG
 
 
-def value_kind(value) -> str:
+def json_kind(value) -> str:
     """What a parsed JSON/YAML value is, in words."""
     return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
         type(value), "a number")
@@ -44,5 +46,5 @@ def read_run_config(root: str | Path, *, empty_ok: bool = True) -> dict:
     if data is None and empty_ok:
         return {}
     if not isinstance(data, dict):
-        raise RunConfigError(f"{path} is damaged: it is not a mapping", path, found=value_kind(data))
+        raise RunConfigError(f"{path} is damaged: it is not a mapping", path, found=json_kind(data))
     return data

@@ -20,8 +20,10 @@ stage up through `rlft.config.stages.get_spec` instead of comparing stage names:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from rlft.numeric import is_number  # noqa: F401 - the specs' (they import only config modules)
 
 # Health rules every training stage gets (names of rules in rlft.monitor.health.RULES).
 BASE_HEALTH = ("loss_nan", "grad_norm")
@@ -91,9 +93,20 @@ def kl_control_note(section: str, coef: float, target: float, adaptive: bool, ho
             f"x{(1 + 0.2 / horizon) ** total_steps:.3g} over the run when the KL stays 20% or more off target")
 
 
-def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
+# a metric's documentation (rlft/config/metric_docs.py, a stage's `metric_meanings`) and the units it gives
+Doc = tuple[str, str]  # (meaning, unit)
+REWARD = "reward units"
+NATS_TOKEN = "nats per token"
+NATS_SEQ = "nats per sequence"
+TOKENS = "tokens"
+FRACTION = "fraction 0-1"
+SECONDS = "seconds"
+COUNT = "count"
+RATIO = "ratio"
+ONE = "1 (dimensionless)"
+LR = "learning-rate units"
+COEF = "coefficient (per nat per token)"
+INDEX = "index (1-based)"
 
 # one instance per stage, looked up by name: no value equality or 31-field repr to build at every start
 @dataclass(frozen=True, eq=False, repr=False)
@@ -121,6 +134,9 @@ class StageSpec:
     total_steps: Callable[[Any], int] | None = None  # steps a run trains, from the typed config (None: train.max_steps)
     steps_per_generation: Callable[[Any], int] | None = None  # optimizer steps that train on one sampled batch
     metrics: tuple[str, ...] = ()           # keys every metrics.jsonl row carries (null when not measured that step)
+    # its own (meaning, unit) of a shared metric name it computes its own way (ORPO's per-token logps); the
+    # shared meanings: rlft/config/metric_docs.py
+    metric_meanings: dict[str, Doc] = field(default_factory=dict)
     console: tuple[str, ...] = ("loss",)    # headline metrics on the console line
     health_rules: tuple[str, ...] = BASE_HEALTH  # rules of rlft.monitor.health.RULES checked on each record
     resume_breaking: tuple[str, ...] = ()   # stage keys whose change makes its checkpoints meaningless

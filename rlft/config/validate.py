@@ -12,6 +12,7 @@ from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
+from rlft.numeric import is_number
 from rlft.config.compose import Composed
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.lr import resolve_learning_rate
@@ -53,10 +54,6 @@ def closest_key(bad: str) -> str | None:
     return leaves[close[0]] if close else None
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def check_value(spec: FieldSpec, value: Any) -> str | None:
     """Why `value` is not allowed for `spec`, or None when it is."""
     if value is None:
@@ -66,7 +63,7 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
     tp = spec.type
     ok = {
         int: isinstance(value, int) and not isinstance(value, bool),
-        float: _is_number(value),
+        float: is_number(value),
         bool: isinstance(value, bool),
         str: isinstance(value, str),
         list: isinstance(value, list),
@@ -74,7 +71,7 @@ def check_value(spec: FieldSpec, value: Any) -> str | None:
     }.get(tp, True)
     if not ok:
         quote = ("; quote it to keep it as written (YAML reads unquoted digits, and H:MM:SS as seconds, as numbers)"
-                 if tp is str and _is_number(value) else "")
+                 if tp is str and is_number(value) else "")
         return f"expected {spec.allowed()}, got {type(value).__name__} `{value}`{quote}"
     if tp is list and spec.item_type is str and not all(isinstance(v, str) for v in value):
         return "expected a list of strings"
@@ -282,8 +279,8 @@ def _hardware_checks(c: Composed, problems: list[Problem]) -> None:
     if isinstance(g("hw.machine_rank"), int) and isinstance(g("hw.num_machines"), int) \
             and g("hw.machine_rank") >= g("hw.num_machines"):
         err("hw.machine_rank", f"must be below hw.num_machines ({g('hw.num_machines')})")
-    if g("monitor.grad_norm_warn") and g("monitor.grad_norm_critical") and _is_number(g("monitor.grad_norm_warn")) \
-            and _is_number(g("monitor.grad_norm_critical")) \
+    if g("monitor.grad_norm_warn") and g("monitor.grad_norm_critical") and is_number(g("monitor.grad_norm_warn")) \
+            and is_number(g("monitor.grad_norm_critical")) \
                     and g("monitor.grad_norm_warn") > g("monitor.grad_norm_critical"):
         err("monitor.grad_norm_warn", "warning threshold is above the critical one")
     # hardware fit that needs no torch import: a warning, so a laptop can check a GPU config

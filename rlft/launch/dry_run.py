@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.config.schema import RlftConfig
 from rlft.config.validate import CONTROL
 from rlft.rundir.markers import MARKER, mark, read_marker
@@ -25,7 +26,7 @@ from rlft.rundir.options import RunOptions
 from rlft.rundir.prepare import check_run_dir, check_writable, default_output_dir, find_run_to_resume
 from rlft.runtime.sharding import CPU_FSDP_ENV
 
-SBATCH_NAME = "launch.sbatch"
+SBATCH_NAME = run_files.LAUNCH_SBATCH
 # stand-ins for the values each SLURM task fills in itself (its rank, the first node's address)
 _RANK, _MAIN_IP = "@@RLFT_SLURM_RANK@@", "@@RLFT_SLURM_MAIN_IP@@"
 _SHELL_VALUES = {_RANK: '"$SLURM_PROCID"', _MAIN_IP: '"$MAIN_IP"'}

@@ -263,9 +263,10 @@ def forget_unstarted(run) -> None:
     """A new run whose processes failed before writing anything: remove what this process created for it (its
     marker, config.yaml, the empty checkpoints folder), so the corrected command runs again as it is."""
     from rlft.rundir.markers import MARKER
+    from rlft.rundir import names as run_files
     from rlft.rundir.lock import LOCK_NAME
 
-    made = {MARKER, "config.yaml", "checkpoints", LOCK_NAME}
+    made = {MARKER, run_files.CONFIG, run_files.CHECKPOINTS, LOCK_NAME}
     names = {p.name for p in run.root.iterdir()}
     if not names <= made or any(run.checkpoints.iterdir()):
         return

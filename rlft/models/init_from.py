@@ -14,7 +14,6 @@ import logging
 from pathlib import Path
 
 from rlft.config.init_from import ChainError, Weights, start_weights, weights_after
-from rlft.config.init_from import starts_from_base as _starts_from_base
 from rlft.config.load_plan import LoadPlan, load_plan
 from rlft.config.schema import RlftConfig
 from rlft.models.weights import ModelLoadError, load_adapter, model_path, planned_causal_lm
@@ -49,11 +48,6 @@ def start_model(root: Path, cfg: RlftConfig):
 def merged_model(root: Path, cfg: RlftConfig):
     """The weights after run `root`: its start with its final adapter merged in."""
     return build(_read(weights_after, root, cfg.model.name_or_path, cfg.model.tiny_init_std), load_plan(cfg))
-
-
-def starts_from_base(root: Path) -> bool:
-    """Whether run `root` started from the plain base model (so disabling its adapter gives the base)."""
-    return _read(_starts_from_base, root)
 
 
 def initial_policy(plan: LoadPlan):

@@ -6,11 +6,13 @@ the best checkpoint, the report command). Everything here is computed from the r
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 from pathlib import Path
 from typing import Any
+
+from rlft.numeric import is_finite
+from rlft.rundir import names as run_files
 
 # exit code of a stage -> status in summary.json
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}
@@ -69,10 +71,6 @@ def write_summary(path: Path, *, stage: str, status: str, steps: int, wall_s: fl
 
 
 # -- headline numbers ------------------------------------------------------------------------------
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _mean(values: list) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -80,7 +78,7 @@ def _mean(values: list) -> float | None:
 def headline(rows: list[dict]) -> dict | None:
     """The headline metric's mean over the first and the last WINDOW logged steps (half the run when shorter)."""
     for metric, higher in HEADLINE:
-        points = [(r["step"], r[metric]) for r in rows if _finite(r.get(metric)) and _finite(r.get("step"))]
+        points = [(r["step"], r[metric]) for r in rows if is_finite(r.get(metric)) and is_finite(r.get("step"))]
         if points:
             w = min(WINDOW, max(1, len(points) // 2))
             return {"metric": metric, "higher_is_better": higher, "window": w,
@@ -97,7 +95,7 @@ def best_checkpoint(rows: list[dict], candidates: list[tuple[int, Path]], head: 
         step, path = max(candidates, key=lambda c: c[0])
         return {"path": str(path), "step": step, "metric": None, "value": None}
     metric, sign = head["metric"], 1 if head["higher_is_better"] else -1
-    points = [(r["step"], r[metric]) for r in rows if _finite(r.get(metric)) and _finite(r.get("step"))]
+    points = [(r["step"], r[metric]) for r in rows if is_finite(r.get(metric)) and is_finite(r.get("step"))]
     best = None
     for step, path in sorted(candidates, key=lambda c: c[0]):
         window = [v for s, v in points if s <= step][-WINDOW:]
@@ -114,8 +112,9 @@ def best_by_eval(evals: list[dict], candidates: list[tuple[int, Path]], end: flo
     """Among saved models, the one with the best eval reward (fresh samples of the held-out prompts) measured at
     its step; the final model is judged by eval.end. Ties go to the later one; None when no saved model has an
     eval of its own (then the training reward decides)."""
-    at = {int(r["step"]): r["eval_reward"] for r in evals if _finite(r.get("eval_reward")) and _finite(r.get("step"))}
-    if _finite(end) and steps is not None:
+    at = {int(r["step"]): r["eval_reward"] for r in evals
+          if is_finite(r.get("eval_reward")) and is_finite(r.get("step"))}
+    if is_finite(end) and steps is not None:
         at[int(steps)] = end
     best = None
     for step, path in sorted(candidates, key=lambda c: c[0]):
@@ -133,7 +132,7 @@ def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = (), *, bes
     """The end-of-run fields summary.json adds to `last`: headline first/last means (and `reward` when the
     headline is the reward), the best of the saved models (`checkpoints`: (step, folder); by the training
     headline, or with best_by="eval" by the eval reward at each one's step), the report command."""
-    rows = _rows(Path(run_root) / "metrics.jsonl")
+    rows = _rows(Path(run_root) / run_files.METRICS)
     train = [r for r in rows if not _is_eval(r)]
     evals = [r for r in rows if _is_eval(r)]
     head = headline(train) or headline(evals)
@@ -152,10 +151,10 @@ def run_numbers(run_root: Path, checkpoints: list[tuple[int, Path]] = (), *, bes
 def async_numbers(rows: list[dict]) -> dict | None:
     """Streaming / async GRPO over the whole run: how stale the trained batches were, how many completions
     were dropped, and how much sampling overlapped learning; None for a run without them."""
-    stale = [r["async/staleness_max"] for r in rows if _finite(r.get("async/staleness_max"))]
+    stale = [r["async/staleness_max"] for r in rows if is_finite(r.get("async/staleness_max"))]
     if not stale:
         return None
-    col = lambda key: [r[key] for r in rows if _finite(r.get(key))]  # noqa: E731
+    col = lambda key: [r[key] for r in rows if is_finite(r.get(key))]  # noqa: E731
     return {"staleness_mean": _mean(col("async/staleness_mean")), "staleness_max": max(stale),
             "dropped": sum(col("async/dropped")), "overlap_frac": _mean(col("async/overlap_frac"))}
 

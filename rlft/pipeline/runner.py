@@ -13,8 +13,9 @@ from pathlib import Path
 from rlft import progress as shown
 from rlft.config.errors import ConfigError
 from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides, starts_next
+from rlft.rundir import names as run_files
 
-SUMMARY = "pipeline_summary.json"
+SUMMARY = run_files.PIPELINE_SUMMARY
 
 
 def stage_finished(run_dir: Path) -> bool:
@@ -22,7 +23,7 @@ def stage_finished(run_dir: Path) -> bool:
     from rlft.config.init_from import is_finished
     from rlft.monitor.summary import read_summary
 
-    summary = read_summary(run_dir / "summary.json")
+    summary = read_summary(run_dir / run_files.SUMMARY)
     return summary is not None and summary.get("status") == "finished" and is_finished(run_dir)
 
 
@@ -30,7 +31,7 @@ def _resumable(run_dir: Path) -> bool:
     """Whether a stage folder holds progress worth resuming (a complete checkpoint or sampled rows)."""
     from rlft.rundir.folder import RunDir
 
-    return bool(RunDir(run_dir).complete_checkpoints()) or (run_dir / "samples.jsonl").is_file()
+    return bool(RunDir(run_dir).complete_checkpoints()) or (run_dir / run_files.SAMPLES).is_file()
 
 
 def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) -> dict:
@@ -40,10 +41,10 @@ def _stage_record(pipe: Pipeline, entry: StageEntry, status: str | None = None) 
     from rlft.monitor.summary import read_summary
     from rlft.pipeline.table import summary_fields
 
-    summary = read_summary(run_dir / "summary.json")
+    summary = read_summary(run_dir / run_files.SUMMARY)
     if summary is None:
         return record
-    fields, damaged = summary_fields(summary, run_dir / "summary.json")  # wrong-typed fields named and left out
+    fields, damaged = summary_fields(summary, run_dir / run_files.SUMMARY)  # wrong-typed fields named and left out
     record.update(fields, status=status or fields["status"])
     if damaged:
         record["damaged"] = damaged

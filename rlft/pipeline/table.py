@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rlft.numeric import is_finite
+
 
 def _mapping(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
@@ -15,7 +17,7 @@ def _mapping(value: Any) -> dict:
 
 def _number(value: Any) -> float | None:
     """A finite number, else None (a damaged file's string, list or bool is no number)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if is_finite(value):
         return value
     return None
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlft.rundir import names as run_files
 from rlft.config.stages import get_spec
 from rlft.config.stagespec import PREFERENCE_COLUMNS, DataLengths
 
@@ -107,7 +108,7 @@ def tokenizer_files(cfg) -> tuple[dict[str, Path], str]:
     if cfg.model.init_from:
         from rlft.config.init_from import run_root
 
-        folder: Path | None = run_root(cfg.model.init_from) / "final"
+        folder: Path | None = run_root(cfg.model.init_from) / run_files.FINAL
     elif name == "tiny":
         from rlft.tiny import default_cache_dir, tiny_model_name
 
@@ -237,7 +238,7 @@ def load_counter(cfg) -> TokenCounter:
 # ---- the rows, rendered as the run renders them
 
 
-def read_rows(cfg) -> tuple[list[dict], int | None, str]:
+def data_rows(cfg) -> tuple[list[dict], int | None, str]:
     """(rows, rows in the data or None, why none): at most MAX_ROWS, and no more than data.max_samples."""
     from rlft.data import DataError, peek_columns
 
@@ -409,7 +410,7 @@ def read_lengths(cfg) -> tuple[DataBasis | None, str]:
     from rlft import progress
 
     with progress.task(f"plan: reading {cfg.data.train}"):  # large data takes seconds: shown, not silent
-        rows, total, why = read_rows(cfg)
+        rows, total, why = data_rows(cfg)
     if why:
         return None, why
     counter = load_counter(cfg)

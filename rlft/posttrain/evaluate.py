@@ -8,8 +8,9 @@ from pathlib import Path
 
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
-from rlft.posttrain.policy import load_policy
+from rlft.posttrain.policy import load_trained_policy
 from rlft.posttrain.target import Target
+from rlft.rundir import names as run_files
 
 
 def sampling_section(cfg: RlftConfig):
@@ -40,7 +41,7 @@ def run_eval_batch_size(run_root: Path | None, default: int = 64) -> int:
     eval.start), else `default`."""
     from rlft.monitor.summary import read_summary
 
-    ev = ((read_summary(run_root / "summary.json") or {}) if run_root is not None else {}).get("eval")
+    ev = ((read_summary(run_root / run_files.SUMMARY) or {}) if run_root is not None else {}).get("eval")
     for part in ("end", "start"):
         got = ev.get(part) if isinstance(ev, dict) else None
         size = (got.get("sampling") or {}).get("batch_size") if isinstance(got, dict) and \
@@ -52,10 +53,10 @@ def run_eval_batch_size(run_root: Path | None, default: int = 64) -> int:
 
 def policy_for(target: Target, cfg: RlftConfig):
     """The policy and its tokenizer, rendering with the config's data.chat_template_kwargs when it sets them (a
-    `-c` file or an override; load_policy binds the run's own otherwise), as training rendered its prompts."""
+    `-c` file or an override; load_trained_policy binds the run's own otherwise), as training rendered its prompts."""
     from rlft.data.chat import bind_template_kwargs
 
-    model, tokenizer = load_policy(target)
+    model, tokenizer = load_trained_policy(target)
     kwargs = cfg.data.chat_template_kwargs
     return model, bind_template_kwargs(tokenizer, kwargs if isinstance(kwargs, dict) else None)
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from rlft.errors import RunError
-from rlft.posttrain.policy import load_policy
+from rlft.posttrain.policy import load_trained_policy
 from rlft.posttrain.target import Target, adapter_config, run_model_name
 
 
@@ -32,7 +32,7 @@ def export(target: Target, out: Path, merge: bool) -> Path:
     if merge:
         from rlft import progress
 
-        model, tokenizer = load_policy(target)
+        model, tokenizer = load_trained_policy(target)
         with progress.task(f"merging and writing {out}"):
             merged = model.merge_and_unload()
             merged.config._name_or_path = name or ""

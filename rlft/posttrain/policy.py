@@ -48,7 +48,7 @@ def chain_start(target: Target, dtype: str):
         raise RunError(f"{target.run_root}: {exc}") from None
 
 
-def load_policy(target: Target, dtype: str = "float32"):
+def load_trained_policy(target: Target, dtype: str = "float32"):
     """The trained policy (adapter on its base, or the full model) and its tokenizer, in eval mode."""
     import torch
     from transformers import AutoTokenizer

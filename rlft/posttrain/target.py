@@ -11,6 +11,7 @@ from pathlib import Path
 from rlft.errors import RunError
 from rlft.rundir.folder import checkpoint_step
 from rlft.config.run_config import RunConfigError, read_run_config
+from rlft.rundir import names as run_files
 
 
 @dataclass
@@ -29,17 +30,18 @@ def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
     if not path.exists():
         raise RunError(f"{path}: no such run, checkpoint or model folder")
     run_root = None
-    if (path / "config.yaml").is_file() and ((path / "final").exists() or (path / "checkpoints").is_dir()):
+    checkpoints = path / run_files.CHECKPOINTS
+    if (path / run_files.CONFIG).is_file() and ((path / run_files.FINAL).exists() or checkpoints.is_dir()):
         run_root = path
         if checkpoint is not None:
-            path = path / "checkpoints" / f"checkpoint-{checkpoint}"
+            path = checkpoints / run_files.checkpoint_name(checkpoint)
             if not path.is_dir():
-                have = sorted(checkpoint_step(p) for p in (run_root / "checkpoints").glob("checkpoint-*"))
+                have = sorted(checkpoint_step(p) for p in checkpoints.glob(run_files.CHECKPOINT_GLOB))
                 raise RunError(f"{path}: no such checkpoint (this run has: {', '.join(map(str, have)) or 'none'})")
-        elif (path / "final").is_dir():
-            path = path / "final"
+        elif (path / run_files.FINAL).is_dir():
+            path = path / run_files.FINAL
         else:
-            done = sorted((run_root / "checkpoints").glob("checkpoint-*"), key=checkpoint_step)
+            done = sorted(checkpoints.glob(run_files.CHECKPOINT_GLOB), key=checkpoint_step)
             if not done:
                 raise RunError(f"{run_root}: the run has neither final/ nor a checkpoint yet")
             path = done[-1]
@@ -48,7 +50,7 @@ def resolve_target(path: Path, checkpoint: int | None = None) -> Target:
         raise RunError("--checkpoint needs a run folder (the one holding config.yaml and checkpoints/)")
     elif path.name == "final" or path.parent.name == "checkpoints":
         candidate = path.parent if path.name == "final" else path.parent.parent
-        run_root = candidate if (candidate / "config.yaml").is_file() else None
+        run_root = candidate if (candidate / run_files.CONFIG).is_file() else None
     if (path / "adapter_config.json").is_file():
         adapter = True
     elif (path / "config.json").is_file():
@@ -77,7 +79,7 @@ def check_chain(run_root: Path | None) -> None:
 
 def run_config(run_root: Path | None) -> dict:
     """The run's config.yaml ({} without one); a RunError naming the file when it is not the settings a run writes."""
-    if run_root is None or not (run_root / "config.yaml").is_file():
+    if run_root is None or not (run_root / run_files.CONFIG).is_file():
         return {}
     try:
         data = read_run_config(run_root)
@@ -89,8 +91,8 @@ def run_config(run_root: Path | None) -> dict:
                                     ("train", dict), ("lora", dict)) if data.get(k) is not None
                   and not isinstance(data[k], kind)), None)
     if wrong:
-        raise RunError(f"{run_root / 'config.yaml'} is damaged: {wrong} is not what rlft writes there; restore it, or "
-                       f"pass the adapter or checkpoint folder itself")
+        raise RunError(f"{run_root / run_files.CONFIG} is damaged: {wrong} is not what rlft writes there; restore it, "
+                       f"or pass the adapter or checkpoint folder itself")
     return data
 
 

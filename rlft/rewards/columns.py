@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["requires_columns", "required_columns"]
+__all__ = ["requires_columns", "required_columns", "columns_read", "suite_columns"]
 
 
 def requires_columns(*names: str | Callable[[Mapping[str, Any]], Any]) -> Callable[[Callable], Callable]:
@@ -48,3 +48,24 @@ def required_columns(fn: Callable[..., Any], kwargs: Mapping[str, Any] | None = 
     if not all(isinstance(n, str) for n in names):
         raise TypeError(f"required_columns of {getattr(fn, '__name__', fn)!r} must be column names, got {names!r}")
     return list(dict.fromkeys(names))
+
+
+def columns_read(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> list[str]:
+    """The dataset columns ``fn`` reads with these configured ``kwargs``: its declaration, less the names the kwargs
+    set (a configured value is passed as is, not read from the data). ``TypeError`` as :func:`required_columns`."""
+    return [c for c in required_columns(fn, kwargs) if c not in kwargs]
+
+
+def suite_columns(suite) -> dict[str, list[str]]:
+    """The columns each reward of a resolved suite reads (:func:`columns_read`), by reward name; a declaration that
+    cannot be read is a RunError naming the reward (reported like a missing column)."""
+    from rlft.errors import RunError
+
+    needs: dict[str, list[str]] = {}
+    for r in suite.rewards:
+        try:
+            needs[r.name] = columns_read(r.fn, r.kwargs)
+        except Exception as exc:  # noqa: BLE001 - a user's declaration may raise anything
+            raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: "
+                           f"{exc}") from None
+    return needs

@@ -42,11 +42,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlft.rundir import names as run_files
+from rlft.numeric import is_number
+
 __all__ = ["llm_judge", "check_kwargs", "parse_reply", "template_fields", "JudgeError", "CACHE_FILE"]
 
 logger = logging.getLogger("rlft.rewards")
 
-CACHE_FILE = "judge_cache.jsonl"
+CACHE_FILE = run_files.JUDGE_CACHE
 # the fields a template may always use; every other `{name}` is a dataset column
 BUILT_IN_FIELDS = ("prompt", "completion")
 DEFAULTS: dict[str, Any] = {"concurrency": 4, "timeout_s": 30.0, "retries": 3, "backoff_s": 1.0, "max_tokens": 64,
@@ -99,10 +102,6 @@ def required_columns(kwargs: Mapping[str, Any]) -> list[str]:
         return []  # reported by check_kwargs
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
     """Every problem with a judge's configured kwargs ([] when fine); no network, no environment."""
     from urllib.parse import urlsplit
@@ -137,7 +136,7 @@ def check_kwargs(kwargs: Mapping[str, Any]) -> list[str]:
     for key, low, whole in (("concurrency", 1, True), ("retries", 0, True), ("max_tokens", 1, True),
                             ("timeout_s", 0, False), ("backoff_s", 0, False), ("temperature", 0, False)):
         value = kwargs.get(key, DEFAULTS[key])
-        if not _is_number(value) or value < low or (whole and value != int(value)) or (key == "timeout_s"
+        if not is_number(value) or value < low or (whole and value != int(value)) or (key == "timeout_s"
                                                                                      and value <= 0):
             kind = "a whole number" if whole else "a number"
             problems.append(f"kwargs.{key} must be {kind} {'>' if key == 'timeout_s' else '>='} {low}, got {value!r}")
@@ -168,7 +167,7 @@ def _check_parser(score: Any, labels: Any) -> list[str]:
     if labels is not None:
         if not isinstance(labels, Mapping) or not labels:
             return [f"kwargs.labels must map each label to its score, e.g. {{good: 1.0, bad: 0.0}}, got {labels!r}"]
-        bad = [k for k, v in labels.items() if not _is_number(v) or not str(k).strip()]
+        bad = [k for k, v in labels.items() if not is_number(v) or not str(k).strip()]
         return [f"kwargs.labels.{bad[0]} must be a number"] if bad else []
     if not isinstance(score, Mapping):
         return [f"kwargs.score must be {{kind: number, min: 0, max: 10}}, got {score!r}"]
@@ -179,7 +178,7 @@ def _check_parser(score: Any, labels: Any) -> list[str]:
     if score.get("kind", "number") != "number":
         problems.append(f"kwargs.score.kind must be number (for labels set kwargs.labels), got {score.get('kind')!r}")
     low, high = score.get("min", 0), score.get("max")
-    if not _is_number(low) or not _is_number(high) or not high > low:
+    if not is_number(low) or not is_number(high) or not high > low:
         problems.append(f"kwargs.score needs numbers min < max (the judge's scale), got min={low!r} max={high!r}")
     return problems
 

@@ -444,7 +444,7 @@ def check_reward_kwargs(spec: Any, kwargs: Any, pending: tuple[str, ...] = ()) -
 def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
     """Dataset columns a reward reads, known without importing user code: `kwargs.column` / `kwargs.columns`,
     and for a built-in what it declares (`required_columns`, less the names its kwargs configure)."""
-    from rlft.rewards.columns import required_columns
+    from rlft.rewards.columns import columns_read
 
     cols: list[str] = []
     if isinstance(kwargs.get("column"), str):
@@ -454,7 +454,7 @@ def reward_columns(spec: str, kwargs: dict[str, Any]) -> list[str]:
     fn = BUILTIN_REWARDS.get(spec)
     if fn is not None:
         try:
-            cols += [c for c in required_columns(fn, kwargs) if c not in kwargs]
+            cols += columns_read(fn, kwargs)
         except TypeError:
             pass  # a broken declaration is reported when training resolves the reward
     return list(dict.fromkeys(cols))

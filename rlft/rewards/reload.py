@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import math
 import re
 from pathlib import Path
 from typing import Any
 
+from rlft.numeric import is_finite
 from rlft.rewards.registry import import_file
 from rlft.rewards.safe import RewardSuite, SafeReward
 
@@ -130,7 +130,7 @@ class RewardReloader:
         if unknown:
             return f"unknown reward name(s) {', '.join(unknown)} (rewards: {', '.join(sorted(names))})", {}
         bad = [k for k, v in weights.items()
-               if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+               if not is_finite(v)]
         if bad:
             return f"weights must be finite numbers (bad: {', '.join(map(str, bad))})", {}
         return None, {str(k): float(v) for k, v in weights.items()}

@@ -23,21 +23,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from rlft.rundir import names as run_files
+from rlft.numeric import is_finite
+from rlft import world
+
 NORMALIZE = ("none", "running", "fixed")
-SCORING_FILE = "rlft_reward_model.json"  # written beside the weights by the rm stage (rlft.trainers.reward)
+SCORING_FILE = run_files.REWARD_MODEL_SCORING  # written beside the weights by the rm stage (rlft.trainers.reward)
 KWARGS = ("path", "batch_size", "device", "normalize", "mean", "std")
 
 _LOCK = threading.Lock()
 _LOADED: dict[tuple[str, str], "_Scorer"] = {}
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _looks_hub_id(path: str) -> bool:
@@ -74,9 +73,9 @@ def check_kwargs(kwargs: dict, pending: tuple[str, ...] = ()) -> list[tuple[str,
     if normalize not in NORMALIZE:
         problems.append(("normalize", f"must be one of {', '.join(NORMALIZE)}, got {normalize!r}"))
     for key in ("mean", "std"):
-        if key in kwargs and not _is_number(kwargs[key]):
+        if key in kwargs and not is_finite(kwargs[key]):
             problems.append((key, f"must be a number, got {kwargs[key]!r}"))
-    if normalize == "fixed" and _is_number(kwargs.get("std", 1.0)) and not kwargs.get("std", 1.0) > 0:
+    if normalize == "fixed" and is_finite(kwargs.get("std", 1.0)) and not kwargs.get("std", 1.0) > 0:
         problems.append(("std", f"must be above 0 with normalize: fixed, got {kwargs.get('std')!r}"))
     return problems
 
@@ -106,7 +105,7 @@ def default_device() -> str:
     import torch
 
     if torch.cuda.is_available():
-        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return f"cuda:{world.local_rank()}"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"

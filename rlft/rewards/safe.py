@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlft.numeric import is_finite
 from rlft.rewards.capture import capture_output
 from rlft.rewards.registry import RewardResolveError, module_search_dir, resolve_reward_fn, reward_short_name
 from rlft.rewards.unscored import Unscored
@@ -517,7 +518,7 @@ def build_reward_suite(
             raise RewardResolveError(f"{where}: {exc}") from exc
         weight = _cfg_get(cfg, "weight", 1.0)
         weight = 1.0 if weight is None else weight
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        if not is_finite(weight):
             raise ValueError(f"{where}: weight must be a finite number, got {weight!r}")
         kwargs = _cfg_get(cfg, "kwargs") or {}
         if not isinstance(kwargs, Mapping):

@@ -13,6 +13,7 @@ import json
 import statistics
 
 from rlft import progress as shown
+from rlft import world
 from rlft.config.eval_sampling import EVAL_SEED_OFFSET, NOT_IDENTITY, EvalSettings, eval_sampling
 from rlft.rollout.eval_stats import prompt_stats
 from rlft.rollout.sample import SamplingParams
@@ -103,14 +104,12 @@ class evaluation:  # noqa: N801 - used as a function: evaluation(...)(model, ste
 
     def __init__(self, tokenizer, suite, prompts: list, columns: dict, settings: EvalSettings, seed: int,
                  batch_size: int | None, completions=None, extra_suite=None, backend: SamplerSettings | None = None):
-        import os
-
         per_call = settings.batch_size if settings.batch_size is not None else batch_size  # eval.batch_size first
         self.args = (tokenizer, suite, prompts, columns, settings.n, sampling_params(settings, seed, per_call))
         self.options = {"pass_threshold": settings.pass_threshold, "extra_suite": extra_suite,
                         "sampling": dataclasses.replace(settings, batch_size=per_call).as_dict(), "backend": backend}
         self.completions = completions
-        self.main = os.environ.get("RANK", "0") == "0"
+        self.main = world.is_main()
         self.said: set[str] = set()  # the rewards whose eval failures the console was told of
 
     def __call__(self, model, step: int | None = None) -> dict:

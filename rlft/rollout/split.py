@@ -14,8 +14,9 @@ in step), so every rank must sample equally often: a rank with fewer chunks draw
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
+
+from rlft import world
 
 __all__ = ["gather", "is_sharded", "process_group", "rank_calls"]
 
@@ -27,7 +28,7 @@ def process_group() -> tuple[int, int]:
 
     if not dist.is_available():
         return 0, 1
-    if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if not dist.is_initialized() and world.world_size() > 1:
         from accelerate import PartialState
 
         PartialState()  # what the trainer's Accelerator would do first: join the group launched processes form

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import torch
 
+from rlft import world
 from rlft.config.sampling import cpu_attention_problem
 from rlft.errors import RunError
 from rlft.models.merged import merged_weights, weights_fingerprint
@@ -107,8 +108,7 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
     limit = getattr(config, "max_position_embeddings", None) or 4096
     max_len = min(settings.max_model_len or limit, limit)
     # in-process engine (external_launcher): vLLM's torch.distributed rendezvous reads these; a single process here
-    for k, v in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(k, v)
+    world.default_to_one_process()
     if "MASTER_PORT" not in os.environ:
         import socket
 

@@ -19,12 +19,14 @@ nothing else; a run folder holding anything else, a link included, is moved asid
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.rundir.lock import RunLock
+from rlft.rundir import names as run_files
+from rlft.rundir.lock import LOCK_NAME, RunLock
 from rlft.rundir.markers import Owned, read_marker, write_marker
 
 RUN_KIND = "run"
@@ -32,12 +34,14 @@ LEGACY_HEADER = "# rlft resolved config"  # the first line of config.yaml in run
 
 # every name rlft (and the libraries it runs, pointed here) writes at the top of a run folder; a rule in code,
 # so nothing copied into a folder can widen what rlft deletes. `.tmp`: the files written by rename.
-_RUN_FILES = (r"config\.yaml", r"config\.step-\d+\.yaml", r"metrics\.jsonl", r"completions\.jsonl",
-              r"eval_completions\.jsonl", r"health\.jsonl", r"reward_logs\.jsonl", r"samples\.jsonl",
-              r"summary\.json", r"distributed\.json", r"rounds\.json", r"overrides\.yaml", r"launch\.sbatch",
-              r"eval\.jsonl", r"judge_cache\.jsonl", r"\.rlft\.lock", r"\.rlft-eval-config\.yaml")
+_RUN_FILES = (*(re.escape(name) for name in (
+    run_files.CONFIG, run_files.METRICS, run_files.COMPLETIONS, run_files.EVAL_COMPLETIONS, run_files.HEALTH,
+    run_files.REWARD_LOGS, run_files.SAMPLES, run_files.SUMMARY, run_files.DISTRIBUTED, run_files.ROUNDS,
+    run_files.OVERRIDES, run_files.LAUNCH_SBATCH, run_files.EVAL, run_files.JUDGE_CACHE, LOCK_NAME)),
+    r"config\.step-\d+\.yaml", r"\.rlft-eval-config\.yaml")
 RUN_OWNED = Owned(files=(*_RUN_FILES, *(f + r"\.tmp" for f in _RUN_FILES), r"\.rlft-eval-config\.yaml\..+\.tmp"),
-                  dirs=("checkpoints", "final", r"final\.tmp", "report", "tensorboard", "wandb"))
+                  dirs=(run_files.CHECKPOINTS, run_files.FINAL, r"final\.tmp", run_files.REPORT, "tensorboard",
+                        "wandb"))
 
 
 @dataclass
@@ -47,33 +51,37 @@ class RunDir:
 
     @property
     def config(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / run_files.CONFIG
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.jsonl"
+        return self.root / run_files.METRICS
 
     @property
     def completions(self) -> Path:
-        return self.root / "completions.jsonl"
+        return self.root / run_files.COMPLETIONS
 
     @property
     def eval_completions(self) -> Path:
         """Each evaluation's samples of the fixed evaluation prompts (`eval-<i>` rows; the report shows them with
         the training completions)."""
-        return self.root / "eval_completions.jsonl"
+        return self.root / run_files.EVAL_COMPLETIONS
 
     @property
     def health(self) -> Path:
-        return self.root / "health.jsonl"
+        return self.root / run_files.HEALTH
+
+    @property
+    def reward_logs(self) -> Path:
+        return self.root / run_files.REWARD_LOGS
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / run_files.CHECKPOINTS
 
     @property
     def final(self) -> Path:
-        return self.root / "final"
+        return self.root / run_files.FINAL
 
     @property
     def marker(self) -> dict | None:
@@ -116,13 +124,13 @@ class RunDir:
 
     @property
     def samples(self) -> Path:
-        return self.root / "samples.jsonl"
+        return self.root / run_files.SAMPLES
 
     def complete_checkpoints(self) -> list[Path]:
         """Checkpoints whose save finished (rlft writes its marker last), oldest first."""
         if not self.checkpoints.is_dir():
             return []
-        found = [p for p in self.checkpoints.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()]
+        found = [p for p in self.checkpoints.glob(run_files.CHECKPOINT_GLOB) if (p / COMPLETE_MARKER).is_file()]
         return sorted(found, key=checkpoint_step)
 
 
@@ -147,7 +155,7 @@ def is_run_folder(root: Path) -> bool:
     if marker is not None:
         return marker["kind"] == RUN_KIND
     try:
-        with open(Path(root) / "config.yaml", encoding="utf-8", errors="replace") as fh:
+        with open(Path(root) / run_files.CONFIG, encoding="utf-8", errors="replace") as fh:
             return fh.readline().startswith(LEGACY_HEADER)
     except OSError:
         return False
@@ -156,9 +164,9 @@ def is_run_folder(root: Path) -> bool:
 def first_link(root: Path) -> str | None:
     """A symbolic link where a resumed run writes (the run folder, checkpoints/ and the folders in it), or None."""
     root = Path(root)
-    places = [root, root / "checkpoints"]
-    if (root / "checkpoints").is_dir() and not (root / "checkpoints").is_symlink():
-        places += [p for p in (root / "checkpoints").iterdir() if p.is_dir() and not p.is_symlink()]
+    places = [root, root / run_files.CHECKPOINTS]
+    if (root / run_files.CHECKPOINTS).is_dir() and not (root / run_files.CHECKPOINTS).is_symlink():
+        places += [p for p in (root / run_files.CHECKPOINTS).iterdir() if p.is_dir() and not p.is_symlink()]
     for place in places:
         if not place.is_dir() or place.is_symlink():
             continue

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.config.compose import Composed
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig
@@ -88,7 +89,7 @@ def _check_existing(run: RunDir, opts: RunOptions) -> bool:
     if run.root.is_symlink():  # --overwrite would move the link aside and later delete through it: refused first
         raise RunError(f"run folder {run.root} is a symbolic link (to {os.readlink(run.root)}); rlft does not write a "
                        f"run through a link: set train.output_dir to the folder itself")
-    exists = run.root.is_dir() and any(p.name not in (MARKER, "launch.sbatch") for p in run.root.iterdir())
+    exists = run.root.is_dir() and any(p.name not in (MARKER, run_files.LAUNCH_SBATCH) for p in run.root.iterdir())
     if run.root.exists() and not run.root.is_dir():
         raise RunError(f"run folder {run.root} is a file; set train.output_dir to a folder")
     if exists and not is_run_folder(run.root):

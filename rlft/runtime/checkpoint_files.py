@@ -7,10 +7,11 @@ import json
 import math
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.rundir.folder import COMPLETE_MARKER, checkpoint_step
-from rlft.config.run_config import value_kind
+from rlft.config.run_config import json_kind
 
-RLFT_STATE = "rlft_state.json"
+RLFT_STATE = run_files.RLFT_STATE
 
 
 def _safetensors_problem(path: Path) -> str | None:
@@ -92,7 +93,7 @@ def _trainer_state_problem(path: Path, step: int, load: bool = True) -> str | No
     if problem:
         return problem
     if not isinstance(data, dict):
-        return f"{path.name} holds {value_kind(data)}, not an object"
+        return f"{path.name} holds {json_kind(data)}, not an object"
     return (_trainer_state_fields_problem(path, data) if load else None) or _global_step_problem(path, data, step)
 
 
@@ -120,7 +121,7 @@ def _trainer_state_fields_problem(path: Path, data: dict) -> str | None:
         if not _fits(value, hint):
             shown = f" {value!r:.40}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
             wanted = getattr(hint, "__name__", None) if isinstance(hint, type) and not typing.get_args(hint) else hint
-            return f"{path.name}: {name} is {value_kind(value)}{shown}, not {wanted or hint}"
+            return f"{path.name}: {name} is {json_kind(value)}{shown}, not {wanted or hint}"
     return None
 
 
@@ -173,13 +174,13 @@ def rlft_state_problem(path: Path) -> str | None:
     if problem:
         return problem
     if not isinstance(data, dict):
-        return f"{path.name} holds {value_kind(data)}, not an object"
+        return f"{path.name} holds {json_kind(data)}, not an object"
     for key in ("kl_controller", "trainer"):
         if key in data and not isinstance(data[key], dict):
-            return f"{path.name}: {key} is {value_kind(data[key])}, not an object"
+            return f"{path.name}: {key} is {json_kind(data[key])}, not an object"
     start = data.get("trainer", {}).get("eval_start")
     if start is not None and not isinstance(start, dict):
-        return f"{path.name}: trainer.eval_start is {value_kind(start)}, not an object"
+        return f"{path.name}: trainer.eval_start is {json_kind(start)}, not an object"
 
     problem = eval_result_problem(start) if start is not None else None
     return f"{path.name}: trainer.eval_start {problem}" if problem else None

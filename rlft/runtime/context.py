@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from rlft import world
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
@@ -32,6 +33,7 @@ from rlft.runtime.saved_state import rlft_state
 from rlft.models.sharded import mark_sharded
 from rlft.runtime.sharding import check_sharded, distributed_block, memory_numbers, set_up_sharding, settle_root
 from rlft.runtime.sharding import describe as describe_sharding
+from rlft.rundir import names as run_files
 
 
 class RunContext:
@@ -39,8 +41,8 @@ class RunContext:
 
     def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, *, resume: str = PER_CHECKPOINT):
         self.cfg, self.composed, self.opts = cfg, composed, opts
-        self.num_processes = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
+        self.num_processes = world.world_size()
+        self.rank = world.rank()
         self.interrupt = Interrupt()
         self.resume = Resume(cfg, composed, opts, self.rank, resume)  # the stage's policy: per checkpoint or round
         self._run: RunDir | None = None  # created by open_run
@@ -239,7 +241,7 @@ class RunContext:
 
     def mark_complete(self, trainer) -> None:
         """After each checkpoint save: rlft's state and the completion marker, then the replaced run can go."""
-        path = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+        path = Path(trainer.args.output_dir) / run_files.checkpoint_name(trainer.state.global_step)
         if trainer.args.should_save and path.is_dir():
             seal_checkpoint(path, rlft_state(trainer))
             self.run.drop_replaced()

@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from rlft import world
 from rlft.config.schema import RlftConfig
 
 
@@ -53,7 +54,7 @@ def set_up_process(cfg: RlftConfig, rank: int) -> str:
     (rank 0 prints it)."""
     from rlft.models.hardware import resolve_cpu_threads
 
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local = world.local_world_size()
     threads, note, warning = resolve_cpu_threads(cfg.hw.cpu_threads, local)
     if threads:
         import torch

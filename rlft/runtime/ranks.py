@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import sys
 
+from rlft import world
 from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
+from rlft.rundir import names as run_files
 
 
 def check_ranks_in_sync(trainer, run: RunDir) -> None:
@@ -24,7 +26,7 @@ def check_ranks_in_sync(trainer, run: RunDir) -> None:
     sums = acc.gather(torch.as_tensor(total, device=acc.device).reshape(1)).tolist()
     if acc.is_main_process:
         in_sync = max(sums) - min(sums) <= 1e-9 * max(1.0, abs(sums[0]))
-        (run.root / "distributed.json").write_text(json.dumps(
+        (run.root / run_files.DISTRIBUTED).write_text(json.dumps(
             {"num_processes": acc.num_processes, "param_checksums": sums, "in_sync": in_sync}))
         if not in_sync:
             print(f"rlft: WARNING ranks diverged: trainable-parameter checksums {sums}", file=sys.stderr)
@@ -54,7 +56,7 @@ def check_same_run(cfg) -> None:
     import os
     import socket
 
-    if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+    if world.world_size() < 2:
         return
     import torch.distributed as dist
     from accelerate import PartialState
@@ -90,7 +92,7 @@ def record_exit(code) -> None:
 
     launch_dir = os.environ.get(LAUNCH_DIR_ENV)
     if launch_dir and Path(launch_dir).is_dir():
-        rank = os.environ.get("RANK", "0")
+        rank = world.rank()
         try:
             (Path(launch_dir) / f"exit-{rank}").write_text(str(code if isinstance(code, int) else 1))
         except OSError:

@@ -19,10 +19,11 @@ from rlft.rundir.options import RunOptions
 from rlft.runtime.checkpoint_files import checkpoint_problem, read_rlft_state
 from rlft.runtime.resume_config import check_resume_config
 from rlft.runtime.resume_logs import drop_rows_after, resume_logs
-from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, aside_path, newest_whole, plan_resume,
+from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, damaged_path, newest_whole, plan_resume,
                                      target_steps)
 from rlft.runtime.rounds_state import read_rounds_state, write_rounds_state
 from rlft.runtime.saved_state import load_rlft_state, state_problem
+from rlft.rundir import names as run_files
 
 PER_CHECKPOINT, PER_ROUND = "checkpoint", "round"  # a stage's resume policy (rlft.runtime.lifecycle.Stage.resume)
 
@@ -58,7 +59,7 @@ def newest_checkpoint(folder: Path, rank: int, problem_of: ProblemOf) -> Path | 
     """The newest complete checkpoint in `folder` (None if there is none); damaged ones are moved aside with a
     warning, as for `--resume`."""
     folder = Path(folder)
-    complete = sorted((p for p in folder.glob("checkpoint-*") if (p / COMPLETE_MARKER).is_file()),
+    complete = sorted((p for p in folder.glob(run_files.CHECKPOINT_GLOB) if (p / COMPLETE_MARKER).is_file()),
                       key=checkpoint_step) if folder.is_dir() else []
     newest, aside = newest_whole(complete, problem_of)
     for item in aside:
@@ -116,7 +117,7 @@ class Resume:
         while self.checkpoint is not None and (problem := state_problem(trainer, self.state, self.changes, section)):
             bad = self.checkpoint
             if self.own:  # the stage chose it and dropped its rows: it chooses again on the next run
-                set_aside(SetAside(bad, problem, aside_path(bad), None), self.rank)
+                set_aside(SetAside(bad, problem, damaged_path(bad), None), self.rank)
                 raise RunError(f"{bad.name} was damaged and is moved aside; run the same command again to resume "
                                f"from the checkpoint before it: {resume_command}")
             known = {bad: problem}

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.rundir.folder import RunDir
@@ -57,12 +58,12 @@ def drop_rows_after(path: Path, step: int) -> int:
 def resume_logs(run: RunDir, step: int, cfg: RlftConfig, composed: Composed, changed: bool) -> None:
     """The first step after the resume begins (everything has loaded): drop the logged rows of the steps it trains
     again and, when the config changed, keep the old one as config.step-<step>.yaml and write the new one."""
-    for path in (run.metrics, run.completions, run.health, run.root / "reward_logs.jsonl"):
+    for path in (run.metrics, run.completions, run.health, run.reward_logs):
         drop_rows_after(path, step)
     if changed:  # the run goes on with the new values: record them
-        run.config.rename(run.root / f"config.step-{step}.yaml")
+        run.config.rename(run.root / run_files.config_at_step(step))
         from rlft.config.render import render_yaml
 
         run.config.write_text(f"# rlft resolved config; each key notes the layer that set it\n"
                               f"# changed at step {step} (--allow-config-change); before: "
-                              f"config.step-{step}.yaml\n{render_yaml(cfg, composed)}")
+                              f"{run_files.config_at_step(step)}\n{render_yaml(cfg, composed)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.rundir.folder import RunDir, checkpoint_step
+from rlft.rundir import names as run_files
 
 ProblemOf = Callable[[Path], "str | None"]  # why a checkpoint cannot be resumed from, None when whole
 
@@ -47,7 +48,7 @@ def target_steps(cfg: RlftConfig) -> int:
     return total_steps(cfg) if total_steps is not None else cfg.train.max_steps
 
 
-def aside_path(bad: Path) -> Path:
+def damaged_path(bad: Path) -> Path:
     """Where a damaged checkpoint goes: an earlier damaged copy of the same step keeps its name."""
     aside, n = bad.with_name(f"damaged-{bad.name}"), 1
     while aside.exists():
@@ -61,14 +62,14 @@ def newest_whole(complete: list[Path], problem_of: ProblemOf) -> tuple[Path | No
     good, aside = list(complete), []
     while good and (problem := problem_of(good[-1])):
         bad = good.pop()
-        aside.append(SetAside(bad, problem, aside_path(bad), good[-1] if good else None))
+        aside.append(SetAside(bad, problem, damaged_path(bad), good[-1] if good else None))
     return (good[-1] if good else None), tuple(aside)
 
 
 def plan_resume(run: RunDir, target: int, problem_of: ProblemOf) -> ResumePlan:
     """The plan for `--resume` of `run`, training to step `target` (0: the end of the data)."""
     complete = run.complete_checkpoints()
-    incomplete = tuple(p.name for p in sorted(run.checkpoints.glob("checkpoint-*"), key=checkpoint_step)
+    incomplete = tuple(p.name for p in sorted(run.checkpoints.glob(run_files.CHECKPOINT_GLOB), key=checkpoint_step)
                        if p not in complete)
     newest, aside = newest_whole(complete, problem_of)
     plan = ResumePlan(None, target, set_aside=aside, incomplete=incomplete)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 from rlft.errors import RunError
+from rlft.rundir import names as run_files
 from rlft.rundir.folder import RunDir
 
-STATE_FILE = "rounds.json"
+STATE_FILE = run_files.ROUNDS
 
 
 def rounds_state_problem(state) -> str | None:

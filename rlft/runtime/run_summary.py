@@ -6,6 +6,7 @@ import sys
 import time
 
 from rlft.rundir.folder import RunDir, checkpoint_step
+from rlft.rundir import names as run_files
 
 
 def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str | None, steps: int,
@@ -25,7 +26,7 @@ def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str |
     if run.final.is_dir():
         saved.append((steps, run.final))
     try:
-        summary = write_summary(run.root / "summary.json", stage=stage, status=status_for(code), steps=steps,
+        summary = write_summary(run.root / run_files.SUMMARY, stage=stage, status=status_for(code), steps=steps,
                                 wall_s=time.monotonic() - started, last=last_metrics(run.metrics), eval=eval_numbers,
                                 **extra, **run_numbers(run.root, saved, best_by=best_by, steps=steps,
                                                        eval_end=(eval_numbers.get("end") or {}).get("reward_mean")))

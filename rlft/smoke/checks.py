@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.numeric import is_finite
+from rlft.rundir import names as run_files
+
 MOST = 0.5  # a reward must score more than this share of the completions it was asked about
 
 
@@ -18,12 +21,6 @@ class RunCheck:
     def fail(self, code: int, line: str) -> None:
         self.problems.append(line)
         self.code = max(self.code, code)
-
-
-def _number(x) -> bool:
-    import math
-
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)  # NaN is no score
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -59,9 +56,9 @@ def check_rewards(rows: list[dict], logs: list[dict], max_failure_fraction: floa
             continue
         for name, value in rewards.items():
             asked[name] = asked.get(name, 0) + 1
-            scored[name] = scored.get(name, 0) + _number(value)
+            scored[name] = scored.get(name, 0) + is_finite(value)
     seen = sum("total" in row for row in rows)
-    unscored = sum("total" in row and not _number(row["total"]) for row in rows)
+    unscored = sum("total" in row and not is_finite(row["total"]) for row in rows)
     if seen and unscored / seen > max_failure_fraction:
         out.fail(4, f"stopped: {failure_message(unscored, seen, max_failure_fraction, _failing(logs))} (a real run "
                     f"stops here with exit 4 once {_guard_minimum()} completions are scored; this one scored {seen})")
@@ -83,7 +80,7 @@ def _guard_minimum() -> int:
 def check_episodes(rows: list[dict]) -> tuple[list[str], str]:
     """(problems, a line for `tested`): the environment took steps that were not faults."""
     turns = [t for row in rows if isinstance(row.get("turns"), list) for t in row["turns"] if isinstance(t, dict)]
-    steps = [t for t in turns if not t.get("fault") and _number(t.get("reward"))]
+    steps = [t for t in turns if not t.get("fault") and is_finite(t.get("reward"))]
     episodes = sum(isinstance(row.get("turns"), list) for row in rows)
     if not steps:
         faults = sorted({str(t.get("fault"))[:120] for t in turns if t.get("fault")})
@@ -98,18 +95,18 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     from rlft.monitor.summary import read_summary
 
     out = RunCheck()
-    summary = read_summary(run_root / "summary.json")
+    summary = read_summary(run_root / run_files.SUMMARY)
     if summary is None:
         out.fail(1, "no summary.json")
         return out
     if summary.get("status") != "finished":
         error = f": {summary['error']}" if summary.get("error") else ""
         out.fail(int(summary.get("exit_code") or 1), f"{summary.get('status')} at step {summary.get('steps')}{error}")
-    if not (run_root / "final").is_dir():
+    if not (run_root / run_files.FINAL).is_dir():
         out.fail(1, "no final/ model")
     if not samples:
         return out
-    rows = read_rows(run_root / "completions.jsonl")
+    rows = read_rows(run_root / run_files.COMPLETIONS)
     if not rows:
         out.fail(1, "no completions were logged")
         return out
@@ -122,5 +119,5 @@ def check_run(run_root: Path, samples: bool, env: bool, max_failure_fraction: fl
     rendered = next((r["prompt_rendered"] for r in rows if isinstance(r.get("prompt_rendered"), str)), None)
     if rendered is not None:
         out.tested.append(f"prompt as the model saw it: {rendered[:80]!r}")
-    check_rewards(rows, read_rows(run_root / "reward_logs.jsonl"), max_failure_fraction, out)
+    check_rewards(rows, read_rows(run_root / run_files.REWARD_LOGS), max_failure_fraction, out)
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 from rlft.config.errors import ConfigError
 from rlft.models.config_json import ConfigJsonError
 from rlft.smoke.changes import Change, ModelChoice, as_layer, choose_model, smoke_changes
+from rlft.rundir import names as run_files
 
 SMOKE_ROOT = Path("runs") / "smoke"
 RESUME_HINT = "(the smoke test resumes it itself)"
@@ -102,7 +103,7 @@ def _call(fn: Callable[[], int]) -> tuple[int, str | None]:
 def _failure_line(run: StageRun, code: int, error: str | None) -> str:
     from rlft.monitor.summary import read_summary
 
-    summary = read_summary(run.root / "summary.json")
+    summary = read_summary(run.root / run_files.SUMMARY)
     known = {3: "hardware preflight failed", 4: "stopped by a health rule or by reward failures", 130: "interrupted"}
     why = error or (summary or {}).get("error") or known.get(code) or (
         "failed" if summary is not None else "failed before its run folder was made (the error is printed above)")
@@ -113,7 +114,7 @@ def _failure_line(run: StageRun, code: int, error: str | None) -> str:
 def _first_prompt(root: Path) -> str:
     from rlft.smoke.checks import read_rows
 
-    for row in read_rows(root / "completions.jsonl")[:1]:
+    for row in read_rows(root / run_files.COMPLETIONS)[:1]:
         if isinstance(row.get("prompt"), str) and row["prompt"].strip():
             return row["prompt"]
     return "Hello"
@@ -140,9 +141,9 @@ def check_and_report(run: StageRun, outcome: Outcome) -> list[str]:
         outcome.problems.append(f"{run.label}: {p}")
     if check.problems:
         outcome.fail(check.code, f"{run.label}: {check.problems[0]}")
-    if not (run.root / "summary.json").is_file():
+    if not (run.root / run_files.SUMMARY).is_file():
         return tested
-    tested.append("summary.json written")
+    tested.append(f"{run_files.SUMMARY} written")
     try:
         from rlft.monitor.report import build_report
 
@@ -150,7 +151,7 @@ def check_and_report(run: StageRun, outcome: Outcome) -> list[str]:
         tested.append(f"rlft report: {res.index} ({res.graphs} graphs, {res.completions} completions)")
     except Exception as exc:  # noqa: BLE001 - any failure of the report is the finding
         outcome.fail(1, f"{run.label}: rlft report failed: {type(exc).__name__}: {exc}")
-    if (run.root / "final").is_dir():
+    if (run.root / run_files.FINAL).is_dir():
         try:
             tested.append(_load_and_generate(run.root))
         except Exception as exc:  # noqa: BLE001 - any failure to load the model is the finding
@@ -319,7 +320,7 @@ def smoke_train(stage: str, hw: str, files: list[Path], overrides: list[str], cf
     config = {"command": "train", "stage": stage, "hw": hw, "files": [str(f) for f in files], "overrides": overrides}
     not_tested = _untested(changes, resumed=_key(root) in stopped) + _not_checked(warnings)
     return _finish(f"{stage} (--hw {hw}) in {root}", [run], outcome, not_tested, t0,
-                   [(root / "summary.json", [c.as_dict() for c in changes])], root / "summary.json", config)
+                   [(root / run_files.SUMMARY, [c.as_dict() for c in changes])], root / run_files.SUMMARY, config)
 
 
 # -- rlft pipeline run --smoke -----------------------------------------------------------------------
@@ -392,8 +393,8 @@ def smoke_pipeline(pipe, checked: list, overrides: list[str], hw: str, verbose: 
     for *_, warnings in checked:
         not_tested += [n for n in _not_checked(warnings) if n not in not_tested]
     config = {"command": "pipeline run", "file": str(pipe.path), "hw": hw, "overrides": overrides}
-    summaries = [(r.root / "summary.json", [c.as_dict() for c in r.changes]) for r in runs
-                 if (r.root / "summary.json").is_file()]
+    summaries = [(r.root / run_files.SUMMARY, [c.as_dict() for c in r.changes]) for r in runs
+                 if (r.root / run_files.SUMMARY).is_file()]
     summaries.append((spipe.output_dir / SUMMARY, [{"stage": r.label, **c.as_dict()} for r in runs for c in r.changes]))
     return _finish(f"pipeline {pipe.name} ({stages}) in {spipe.output_dir}", runs, outcome, not_tested, t0,
                    summaries, spipe.output_dir / SUMMARY, config)
@@ -408,4 +409,4 @@ def _key(root: Path) -> str:
 def _finished(root: Path) -> bool:
     from rlft.monitor.summary import read_summary
 
-    return (read_summary(root / "summary.json") or {}).get("status") == "finished"
+    return (read_summary(root / run_files.SUMMARY) or {}).get("status") == "finished"

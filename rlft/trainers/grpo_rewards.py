@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from accelerate.utils import gather_object
 
+from rlft.rundir import names as run_files
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, RewardLog, score_texts
@@ -40,14 +41,14 @@ class GRPORewards:
         self.reward_suite = reward_suite if reward_suite is not None else \
             _suite_from_funcs(self.reward_funcs, self.reward_func_names, self.reward_weights)
         self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
-        self.reward_log = RewardLog(run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs else None)
+        self.reward_log = RewardLog(run.reward_logs if run is not None and mon.reward_logs else None)
         if self.reward_suite is not None:
             self.reward_suite.capture_logs(self.reward_log.path is not None)
         self.reloader = None
         if run is not None and mon.reward_hot_reload and self.reward_suite is not None:
             from rlft.rewards.reload import RewardReloader
 
-            self.reloader = RewardReloader(self.reward_suite, run.root / "overrides.yaml")
+            self.reloader = RewardReloader(self.reward_suite, run.root / run_files.OVERRIDES)
         self._batch_log: tuple[list, list, list] | None = None  # gathered (prompt ids, prompts, completions)
         self._rendered_seen: set = set()  # prompt ids whose rendered prompt completions.jsonl already holds
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from trl import RewardTrainer
 
-SCORING_FILE = "rlft_reward_model.json"  # rlft.rewards.reward_model reads it
+from rlft.rundir import names as run_files
+
+SCORING_FILE = run_files.REWARD_MODEL_SCORING  # rlft.rewards.reward_model reads it
 
 
 class RlftRewardTrainer(RewardTrainer):

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlft.rundir import names as run_files
 from rlft.monitor.report.load import MAX_TEXT_CHARS, ReportInputError, RunData, load_run, unique_names
 
 __all__ = ["ReportInputError", "ReportResult", "build_report", "load_run"]
@@ -117,7 +118,7 @@ def build_report(paths: list, out_dir: Path | None = None, max_chars: int = MAX_
     if out_dir is not None:
         out = Path(out_dir)
     else:  # beside a jsonl of completion rows: rewards_try.jsonl -> rewards_try-report/
-        out = paths[0] / "report" if paths[0].is_dir() else paths[0].with_name(f"{paths[0].stem}-report")
+        out = paths[0] / run_files.REPORT if paths[0].is_dir() else paths[0].with_name(f"{paths[0].stem}-report")
     ours = _claim_out(out, out_dir is None and not pipeline, force)
     graphs = plan_graphs(runs)
     note = ""

@@ -6,9 +6,10 @@ when a curve is drawn."""
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlft.numeric import is_finite
 
 # the curves a side-by-side shows first when every compared run logged them
 SHARED = ("reward", "eval_reward", "kl_policy_ref", "loss")
@@ -23,7 +24,7 @@ class EvalPoint:
 
 
 def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+    return float(x) if is_finite(x) else None
 
 
 def eval_points(run) -> list[EvalPoint]:
@@ -127,16 +128,14 @@ def _flatten(node, prefix="") -> dict:
     return {prefix[:-1]: node}
 
 
-def run_config(path: Path) -> dict | None:
-    """The run's resolved config.yaml as dotted keys, or None where it is missing or unreadable."""
-    import yaml
+def flat_run_config(path: Path) -> dict | None:
+    """The run's resolved config.yaml as dotted keys, or None where it is missing, unreadable or empty."""
+    from rlft.config.run_config import RunConfigError, read_run_config
 
-    cfg = Path(path) / "config.yaml"
     try:
-        data = yaml.safe_load(cfg.read_text(encoding="utf-8")) if cfg.is_file() else None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return _flatten(read_run_config(path, empty_ok=False))
+    except RunConfigError:
         return None
-    return _flatten(data) if isinstance(data, dict) else None
 
 
 # keys that differ between any two runs by construction, not by choice
@@ -145,7 +144,7 @@ NOT_COMPARED = ("train.output_dir", "train.run_name", "train.logging_dir")
 
 def config_diff(runs) -> list[tuple[str, list]]:
     """(key, value per run) for each config key whose value is not the same in every run (missing = absent)."""
-    configs = [run_config(run.path) for run in runs]
+    configs = [flat_run_config(run.path) for run in runs]
     if any(c is None for c in configs):
         return []
     missing = object()

@@ -9,6 +9,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlft.numeric import is_finite, is_number
+from rlft.rundir import names as run_files
+
 # completion-row keys that are not extra prompt columns
 COMPLETION_KEYS = {"step", "group", "prompt", "prompt_id", "completion", "rewards", "total", "advantage", "weight",
                    "reward_version", "round", "kept", "length", "completion_length", "completion_tokens",
@@ -75,24 +78,16 @@ def _num(x):
     return None
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _is_finite(x) -> bool:
-    return _is_number(x) and math.isfinite(x)
-
-
 # kinds of value a field of a run file may hold (null always may: "not measured")
 KINDS = {
-    "number": _is_number,                                       # NaN / Infinity too: shown as "none"
-    "finite": _is_finite,                                       # steps, times: used as positions and in the page's JSON
-    "count": lambda v: _is_finite(v) and v >= 0,
+    "number": is_number,                                        # NaN / Infinity too: shown as "none"
+    "finite": is_finite,                                        # steps, times: used as positions and in the page's JSON
+    "count": lambda v: is_finite(v) and v >= 0,
     "text": lambda v: isinstance(v, str),
     "object": lambda v: isinstance(v, dict),
-    "id": lambda v: isinstance(v, str) or _is_finite(v),
-    "flag or number": lambda v: isinstance(v, bool) or _is_finite(v),
-    "text or number": lambda v: isinstance(v, str) or _is_finite(v),
+    "id": lambda v: isinstance(v, str) or is_finite(v),
+    "flag or number": lambda v: isinstance(v, bool) or is_finite(v),
+    "text or number": lambda v: isinstance(v, str) or is_finite(v),
 }
 COUNTS = {k: "count" for k in ("completion_tokens", "completion_length", "length", "prompt_tokens", "prompt_length")}
 # the fields the report reads from each jsonl file and the kind each must be; a row with another kind in
@@ -117,15 +112,15 @@ def _fits(row: dict, fields: dict) -> bool:
 def metrics_row_ok(row) -> bool:
     """A metrics.jsonl row: an object with a numeric step whose values are numbers, true/false or null
     (`stage` is the one text field rlft writes)."""
-    return (isinstance(row, dict) and _is_finite(row.get("step"))
-            and all(v is None or isinstance(v, bool) or _is_number(v) or (k == "stage" and isinstance(v, str))
+    return (isinstance(row, dict) and is_finite(row.get("step"))
+            and all(v is None or isinstance(v, bool) or is_number(v) or (k == "stage" and isinstance(v, str))
                     for k, v in row.items()))
 
 
 def completion_row_ok(row) -> bool:
     """A completions.jsonl / samples.jsonl row: its known fields of the right kind, every reward score a number."""
     return (isinstance(row, dict) and _fits(row, ROW_FIELDS["completions"])
-            and all(v is None or _is_number(v) for v in (row.get("rewards") or {}).values()))
+            and all(v is None or is_number(v) for v in (row.get("rewards") or {}).values()))
 
 
 def health_row_ok(row) -> bool:
@@ -160,24 +155,24 @@ def read_jsonl(path: Path, ok=lambda row: isinstance(row, dict)) -> tuple[list[d
     return rows, bad
 
 
-def read_summary(path: Path) -> tuple[dict, list[str]]:
+def load_summary(path: Path) -> tuple[dict, list[str]]:
     """summary.json as a dict with its known fields of the right kind, and what was ignored (in words)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except OSError as exc:
         raise ReportInputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except ValueError:
-        return {}, ["summary.json is not valid JSON: ignored"]
+        return {}, [f"{run_files.SUMMARY} is not valid JSON: ignored"]
     if not isinstance(data, dict):
         kind = {list: "a list", str: "a string", type(None): "null"}.get(type(data), "a number or true/false")
-        return {}, [f"summary.json is {kind}, not an object: ignored"]
+        return {}, [f"{run_files.SUMMARY} is {kind}, not an object: ignored"]
     wrong = [k for k, kind in SUMMARY_FIELDS.items() if data.get(k) is not None and not KINDS[kind](data[k])]
     data = {k: v for k, v in data.items() if k not in wrong}
     ev = data.get("eval") or {}
     wrong += [f"eval.{k}" for k in ("start", "end") if ev.get(k) is not None and not isinstance(ev[k], dict)]
     if "eval" in data:
         data["eval"] = {k: v for k, v in ev.items() if f"eval.{k}" not in wrong}
-    return data, ([f"summary.json: {len(wrong)} field(s) of the wrong kind ignored "
+    return data, ([f"{run_files.SUMMARY}: {len(wrong)} field(s) of the wrong kind ignored "
                    f"({', '.join(wrong)})"] if wrong else [])
 
 
@@ -187,7 +182,7 @@ def _stage(path: Path, summary: dict, metrics: list) -> str:
     for row in metrics:
         if row.get("stage"):
             return str(row["stage"])
-    cfg = path / "config.yaml"
+    cfg = path / run_files.CONFIG
     try:
         text = cfg.read_text(errors="replace") if cfg.is_file() else ""
     except OSError:
@@ -322,9 +317,9 @@ def fill_lengths(c: Completions, tokenizer_json: Path | None) -> None:
 
 
 def find_tokenizer(path: Path) -> Path | None:
-    candidates = [path / "final" / "tokenizer.json"]
-    ckpt_dir = path / "checkpoints"
-    ckpts = sorted(ckpt_dir.glob("checkpoint-*/tokenizer.json")) if ckpt_dir.is_dir() else []
+    candidates = [path / run_files.FINAL / "tokenizer.json"]
+    ckpt_dir = path / run_files.CHECKPOINTS
+    ckpts = sorted(ckpt_dir.glob(f"{run_files.CHECKPOINT_GLOB}/tokenizer.json")) if ckpt_dir.is_dir() else []
     candidates += ckpts[::-1]
     return next((p for p in candidates if p.is_file()), None)
 
@@ -335,7 +330,7 @@ def chain_problems(path: Path) -> list[str]:
     weights can no longer be rebuilt as trained."""
     from rlft.config.init_from import ChainError, chain_of
 
-    if not (path / "config.yaml").is_file():
+    if not (path / run_files.CONFIG).is_file():
         return []
     try:
         chain_of(path)
@@ -358,14 +353,15 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
     if not path.is_dir():
         raise ReportInputError(f"{path}: not a folder (give the run folder, e.g. runs/grpo-20250101-120000, or a "
                                f"jsonl of completion rows)")
-    files = {n: path / n for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "health.jsonl",
-                                   "reward_logs.jsonl", "summary.json", "eval_completions.jsonl")}
-    if not any(files[n].is_file() for n in ("metrics.jsonl", "completions.jsonl", "samples.jsonl", "summary.json")):
+    f = run_files
+    files = {n: path / n for n in (f.METRICS, f.COMPLETIONS, f.SAMPLES, f.HEALTH, f.REWARD_LOGS, f.SUMMARY,
+                                   f.EVAL_COMPLETIONS)}
+    if not any(files[n].is_file() for n in (f.METRICS, f.COMPLETIONS, f.SAMPLES, f.SUMMARY)):
         raise ReportInputError(f"{path}: not an rlft run folder (no metrics.jsonl, completions.jsonl or summary.json)")
     problems: list = []
     summary = {}
-    if files["summary.json"].is_file():
-        summary, problems = read_summary(files["summary.json"])
+    if files[f.SUMMARY].is_file():
+        summary, problems = load_summary(files[f.SUMMARY])
     problems += chain_problems(path)
 
     def rows_of(name: str, ok) -> list:
@@ -376,23 +372,23 @@ def load_run(path: Path | str, name: str | None = None, max_chars: int = MAX_TEX
             problems.append(f"skipped {bad} malformed row(s) of {name}")
         return rows
 
-    rows = rows_of("metrics.jsonl", metrics_row_ok)
+    rows = rows_of(f.METRICS, metrics_row_ok)
     train_rows, eval_rows = [], []
     for row in rows:
         (eval_rows if any(k.startswith("eval_") for k in row) else train_rows).append(row)
     stage = _stage(path, summary, rows)
     completions, samples_only = None, False
-    source = "completions.jsonl"
-    if not files[source].is_file() and files["samples.jsonl"].is_file():
-        source, samples_only = "samples.jsonl", True
-    evals = rows_of("eval_completions.jsonl", completion_row_ok)  # the fixed evaluation prompts, every evaluation
+    source = f.COMPLETIONS
+    if not files[source].is_file() and files[f.SAMPLES].is_file():
+        source, samples_only = f.SAMPLES, True
+    evals = rows_of(f.EVAL_COMPLETIONS, completion_row_ok)  # the fixed evaluation prompts, every evaluation
     if files[source].is_file() or evals:
         rows = rows_of(source, completion_row_ok) if files[source].is_file() else []
         completions = load_completions(rows + evals, max_chars)
         fill_lengths(completions, find_tokenizer(path))
     return RunData(path=path, name=name or path.resolve().name, stage=stage, metrics=train_rows,
-                   eval_metrics=eval_rows, health=rows_of("health.jsonl", health_row_ok),
-                   reward_logs=rows_of("reward_logs.jsonl", reward_log_row_ok),
+                   eval_metrics=eval_rows, health=rows_of(f.HEALTH, health_row_ok),
+                   reward_logs=rows_of(f.REWARD_LOGS, reward_log_row_ok),
                    summary=summary, completions=completions, samples_only=samples_only, problems=problems)
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUMMARY = "pipeline_summary.json"
+from rlft.numeric import is_finite
+from rlft.rundir import names as run_files
+
+SUMMARY = run_files.PIPELINE_SUMMARY
 
 
 @dataclass
@@ -26,7 +28,7 @@ class StageCurve:
 
 
 def is_pipeline_folder(path: Path) -> bool:
-    return path.is_dir() and (path / SUMMARY).is_file() and not (path / "summary.json").is_file()
+    return path.is_dir() and (path / SUMMARY).is_file() and not (path / run_files.SUMMARY).is_file()
 
 
 def stage_folders(path: Path) -> list[tuple[str, Path]]:
@@ -54,11 +56,7 @@ def stage_folders(path: Path) -> list[tuple[str, Path]]:
 
 def _stage_dir(root: Path, written: Path) -> Path | None:
     candidates = [written] if written.is_absolute() else [root / written.name, written, root.parent / written]
-    return next((c for c in candidates if (c / "summary.json").is_file() or (c / "metrics.jsonl").is_file()), None)
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return next((c for c in candidates if (c / run_files.SUMMARY).is_file() or (c / run_files.METRICS).is_file()), None)
 
 
 def stage_curves(runs) -> list[StageCurve]:
@@ -68,12 +66,12 @@ def stage_curves(runs) -> list[StageCurve]:
     for run in runs:
         ev = run.summary.get("eval") if isinstance(run.summary.get("eval"), dict) else {}
         start, end = (ev.get(k) if isinstance(ev.get(k), dict) else {} for k in ("start", "end"))
-        logged = [r["step"] for r in [*run.metrics, *run.eval_metrics] if _finite(r.get("step"))]
-        steps = run.summary.get("steps") if _finite(run.summary.get("steps")) else max(logged, default=0)
-        points = [(offset, start["reward_mean"])] if _finite(start.get("reward_mean")) else []
+        logged = [r["step"] for r in [*run.metrics, *run.eval_metrics] if is_finite(r.get("step"))]
+        steps = run.summary.get("steps") if is_finite(run.summary.get("steps")) else max(logged, default=0)
+        points = [(offset, start["reward_mean"])] if is_finite(start.get("reward_mean")) else []
         points += [(offset + r["step"], r["eval_reward"]) for r in run.eval_metrics
-                   if _finite(r.get("step")) and _finite(r.get("eval_reward")) and 0 < r["step"] < steps]
-        if _finite(end.get("reward_mean")):
+                   if is_finite(r.get("step")) and is_finite(r.get("eval_reward")) and 0 < r["step"] < steps]
+        if is_finite(end.get("reward_mean")):
             points.append((offset + steps, end["reward_mean"]))
         digest = end.get("eval_set") or start.get("eval_set")
         curves.append(StageCurve(run.name, offset, int(steps), points, digest if isinstance(digest, str) else None))

@@ -18,4 +18,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.stages.awr.decide import awr_decide
     from rlft.stages.common.sampled_sft import SampledSFT
 
-    return SampledSFT(cfg, composed, opts, awr_decide, "rlft.trainers.sft:AWRSFTTrainer").run()
+    return SampledSFT(cfg, composed, opts, awr_decide, awr_trainer).run()
+
+
+def awr_trainer() -> type:
+    """AWR's trainer class: the weighted NLL (imported when a round trains, after the process is set up)."""
+    from rlft.trainers.sft import AWRSFTTrainer
+
+    return AWRSFTTrainer

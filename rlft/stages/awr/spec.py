@@ -8,6 +8,7 @@ from rlft.config.fields import F, config_section, max_tokens_field, temperature_
 from rlft.config.names import AWR_BASELINES
 from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
                                    StageChecks, StageSpec, sample_then_sft_profile, sft_trl_checks)
+from rlft.config.stagespec import Doc, REWARD, NATS_TOKEN
 
 
 @config_section
@@ -48,6 +49,14 @@ def explain(cfg) -> list[str]:
                                       f"advantage), {a.clip_advantage})")]
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("weighted NLL −Σ w·log π(token) over completion tokens / the step's completion tokens (weights not "
+             "renormalised)", NATS_TOKEN),
+    "advantage_mean": ("mean advantage of the round's scored samples: total reward − `awr.baseline`, before "
+                       "normalisation", REWARD),
+}
+
 SPEC = StageSpec(
     name="awr", section="awr", runner="rlft.stages.awr.runner:run", order=6,
     section_cls=AWRConfig, section_help="Advantage-weighted regression stage.", section_order=4,
@@ -58,4 +67,5 @@ SPEC = StageSpec(
     health_rules=(*BASE_HEALTH, "awr_ess", "truncated"),
     resume_breaking=("awr.num_samples_per_prompt", "awr.rounds"),
     checks=checks, explain=explain, memory=sample_then_sft_profile,
+    metric_meanings=METRIC_MEANINGS,
 )

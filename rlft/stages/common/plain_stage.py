@@ -23,7 +23,7 @@ class PlainStage(Stage):
         rows, before the run folder."""
         from rlft.config.load_plan import load_plan
         from rlft.models.loading import tokenizer
-        from rlft.stages.common.prompt_data import (check_reward_columns, eval_reward_suite, load_prompt_dataset,
+        from rlft.stages.common.prompt_data import (check_suite_columns, eval_reward_suite, load_prompt_dataset,
                                                     prompts_as_chat, reward_suite)
 
         cfg = self.cfg
@@ -36,7 +36,7 @@ class PlainStage(Stage):
         key = "eval" if cfg.data.eval else "train"
         source = load_prompt_dataset(cfg, key)
         source = source.select(range(min(cfg.data.eval_prompts, len(source))))
-        check_reward_columns(source, inputs.suite, f"data.{key}")
+        check_suite_columns(source, inputs.suite, f"data.{key}")
         inputs.eval_rows = prompts_as_chat(cfg, source, inputs.tokenizer)[0].to_list()
         return inputs
 

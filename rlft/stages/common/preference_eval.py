@@ -30,13 +30,13 @@ class PreferenceEval(Evaluation):
 
     @classmethod
     def prepare(cls, cfg: RlftConfig, composed, train_ds, eval_ds) -> "PreferenceEval":
-        from rlft.stages.common.prompt_data import check_reward_columns, eval_reward_suite, reward_suite
+        from rlft.stages.common.prompt_data import check_suite_columns, eval_reward_suite, reward_suite
 
         suite = extra = None
         source = eval_ds if eval_ds is not None else train_ds
         if cfg.rewards and cfg.data.eval_prompts:
             suite = reward_suite(cfg, composed)
-            check_reward_columns(source, suite, "data.eval" if eval_ds is not None else "data.train")
+            check_suite_columns(source, suite, "data.eval" if eval_ds is not None else "data.train")
             extra = eval_reward_suite(cfg, composed)
         return cls(cfg, suite, source, extra)
 

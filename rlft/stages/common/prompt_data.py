@@ -5,8 +5,7 @@ behind; over-long prompts are truncated or dropped (``data.too_long``) with a co
 
 from __future__ import annotations
 
-import os
-
+from rlft import world
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 
@@ -57,29 +56,14 @@ def prompts_as_chat(cfg: RlftConfig, ds, tokenizer):
         raise RunError(str(exc)) from None
 
 
-def reward_columns(suite) -> dict[str, list[str]]:
-    """The columns each reward reads (less its configured kwargs), by reward name."""
-    from rlft.rewards import required_columns
-
-    needs: dict[str, list[str]] = {}
-    for r in suite.rewards:
-        try:
-            wanted = required_columns(r.fn, r.kwargs)
-        except Exception as exc:  # noqa: BLE001 - a broken declaration is reported like a missing column
-            raise RunError(f"reward {r.name!r}: cannot read its required_columns: {type(exc).__name__}: "
-                           f"{exc}") from None
-        needs[r.name] = [c for c in wanted if c not in r.kwargs]
-    return needs
-
-
-def check_reward_columns(ds, suite, source: str = "data.train") -> None:
-    """Every column a reward declares it reads (less its configured kwargs) must be in the data."""
+def check_suite_columns(ds, suite, source: str = "data.train") -> None:
+    """rlft.data.prompt_set's check_reward_columns for a resolved suite, its DataError a RunError (exit 2)."""
     from rlft.data import DataError
-    from rlft.data.prompt_set import check_reward_columns as check
+    from rlft.data.prompt_set import check_reward_columns
+    from rlft.rewards.columns import suite_columns
 
-    needs = reward_columns(suite)
     try:
-        check(ds, needs, source)
+        check_reward_columns(ds, suite_columns(suite), source)
     except DataError as exc:
         raise RunError(str(exc)) from None
 
@@ -89,12 +73,13 @@ def prompt_set(cfg: RlftConfig, suite, key: str = "train"):
     config before the tokenizer loads; `.prepare(tokenizer)` loads and checks them (its DataError: a RunError,
     exit 2, before any run folder exists, through `prepare_prompts`)."""
     from rlft.data.prompt_set import PromptSet
+    from rlft.rewards.columns import suite_columns
 
-    needs = reward_columns(suite)
+    needs = suite_columns(suite)
     budget = prompt_budget(cfg)
     why = (f" (train.max_seq_length {cfg.train.max_seq_length} minus {_section(cfg)}.max_tokens "
            f"{completion_budget(cfg)} for the completion)")
-    announce = key == "train" and int(os.environ.get("RANK", "0")) == 0  # the start line, once
+    announce = key == "train" and world.rank() == 0  # the start line, once
     return PromptSet(getattr(cfg.data, key), f"data.{key}", column=cfg.data.prompt_column,
                      system_prompt=cfg.data.system_prompt, max_samples=_max_samples(cfg, key), reward_columns=needs,
                      chat_template=cfg.data.chat_template, model=cfg.model.name_or_path, budget=budget,

@@ -43,6 +43,7 @@ from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import PER_ROUND, Evaluation, Stage, StageInputs, run_stage
 from rlft.stages.common.rounds import training_pairs
 from rlft.stages.common.samples_log import SamplesLog
+from rlft.rundir import names as run_files
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
     """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
@@ -116,7 +117,7 @@ class RoundSampler:
         seed0 = self.cfg.train.seed + 1_000_003 * r
         starts = list(range(done, len(prompts), per_call))
         self.prompts_by_rank = [0] * self._ranks()[1]
-        reward_log = RewardLog(ctx.run.root / "reward_logs.jsonl") \
+        reward_log = RewardLog(ctx.run.reward_logs) \
             if ctx.rank == 0 and self.cfg.monitor.reward_logs else None
         with shown.task(f"round {r}/{self.section.rounds} sampling", total=(len(prompts) - done) * self.n,
                         unit=f"samples ({len(prompts) - done} prompts x {self.n})") as bar:
@@ -198,14 +199,15 @@ class RoundSampler:
 
 class SampledSFT(Stage):
     """One RS-SFT / AWR run: its parts of the run lifecycle (rlft.runtime.lifecycle runs them in order), resumed per
-    round. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_cls_path` an SFTTrainer
-    ("module:name")."""
+    round. `decide(rows, section, round) -> (decided rows, metrics)`; `trainer_class()` the SFTTrainer
+    class, called when a round trains (so transformers loads after the process is set up, as it reads its settings)."""
 
     resume = PER_ROUND  # one checkpoint folder per round; rounds.json keeps eval.start and the rounds' steps
 
-    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable, trainer_cls_path: str):
+    def __init__(self, cfg: RlftConfig, composed: Composed, opts: RunOptions, decide: Callable,
+                 trainer_class: Callable[[], type]):
         super().__init__(cfg, composed, opts)
-        self.decide, self.trainer_cls_path = decide, trainer_cls_path
+        self.decide, self.trainer_class = decide, trainer_class
 
     def run(self) -> int:
         return run_stage(self)
@@ -259,8 +261,8 @@ class Rounds:
 
     def __init__(self, stage: SampledSFT, ctx, model, inputs: StageInputs):
         cfg = self.cfg = stage.cfg
-        self.composed, self.opts, self.decide, self.trainer_cls_path = (stage.composed, stage.opts, stage.decide,
-                                                                        stage.trainer_cls_path)
+        self.composed, self.opts, self.decide, self.trainer_class = (stage.composed, stage.opts, stage.decide,
+                                                                     stage.trainer_class)
         self.section = getattr(cfg, cfg.stage)
         self.rounds, self.n = self.section.rounds, self.section.num_samples_per_prompt
         self.ctx, self.tokenizer, self.dataset = ctx, inputs.tokenizer, inputs.train
@@ -380,8 +382,6 @@ class Rounds:
 
     def _train_round(self, r: int, model, decided: list[dict], metrics: dict, step_offset: int):
         """(exit code, the trained model, optimizer steps of the round)."""
-        import importlib
-
         from datasets import Dataset
         from peft import PeftModel
 
@@ -390,8 +390,7 @@ class Rounds:
         from rlft.runtime.sharding import is_fsdp
 
         ctx = self.ctx
-        module, _, name = self.trainer_cls_path.partition(":")
-        trainer_cls = getattr(importlib.import_module(module), name)
+        trainer_cls = self.trainer_class()
         peft = None if isinstance(model, PeftModel) or not self.cfg.lora.enabled else lora_config(self.cfg, model)
         out = self.ckpt_dir(r)
         out.mkdir(parents=True, exist_ok=True)
@@ -413,6 +412,6 @@ class Rounds:
             if not trainer.args.should_save:
                 return code, model, trainer.state.global_step
             (folder / COMPLETE_MARKER).write_text("ok\n")
-            for ckpt in out.glob("checkpoint-*"):  # the round is done: its adapter is all a resume needs
+            for ckpt in out.glob(run_files.CHECKPOINT_GLOB):  # the round is done: its adapter is all a resume needs
                 shutil.rmtree(ckpt, ignore_errors=True)
         return code, model, trainer.state.global_step

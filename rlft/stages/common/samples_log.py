@@ -17,21 +17,14 @@ reading: that prompt is sampled again.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from rlft.numeric import is_finite, is_number
+
 DECISION_KEYS = ("kept", "weight")
-
-
-def _number(v) -> bool:
-    return type(v) in (int, float)
-
-
-def _finite(v) -> bool:
-    return _number(v) and math.isfinite(v)
 
 
 def _prompt(v) -> bool:
@@ -52,11 +45,11 @@ def is_sample_row(row) -> bool:
         return False
     rewards = row.get("rewards")
     return _prompt(row.get("prompt")) and isinstance(row.get("completion"), str) \
-        and isinstance(rewards, dict) and all(v is None or _number(v) for v in rewards.values()) \
-        and (row.get("total") is None or _number(row.get("total"))) \
+        and isinstance(rewards, dict) and all(v is None or is_number(v) for v in rewards.values()) \
+        and (row.get("total") is None or is_number(row.get("total"))) \
         and ("kept" not in row or isinstance(row["kept"], bool)) \
-        and ("weight" not in row or _finite(row["weight"])) \
-        and (row.get("advantage") is None or _finite(row["advantage"])) \
+        and ("weight" not in row or is_finite(row["weight"])) \
+        and (row.get("advantage") is None or is_finite(row["advantage"])) \
         and (row.get("finished") is None or isinstance(row["finished"], bool))
 
 

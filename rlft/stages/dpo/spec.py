@@ -9,6 +9,7 @@ from rlft.config.fields import F, config_section
 from rlft.config.preference_lengths import explain
 from rlft.config.stagespec import PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, \
     StageChecks, StageSpec, is_number, preference_profile, reference_held
+from rlft.config.stagespec import Doc, ONE
 
 
 @config_section
@@ -47,6 +48,11 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
     return preference_profile(cfg, "dpo", reference_held(cfg, True, "", full_copy=True), data=data)
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("TRL's DPO loss (`dpo.loss_type`; sigmoid: −log σ(β·margin)), mean over pairs", ONE),
+}
+
 SPEC = StageSpec(
     name="dpo", section="dpo", runner="rlft.stages.dpo.runner:run", order=3,
     section_cls=DPOConfig, section_help="DPO stage.", section_order=1,
@@ -58,4 +64,5 @@ SPEC = StageSpec(
     console=("loss", "rewards/accuracies", "rewards/margins"),
     checks=checks, explain=explain, model_card=model_card, memory=memory,
     report_note="DPO trains on fixed preference pairs and samples no completions, so there is nothing to compare here.",
+    metric_meanings=METRIC_MEANINGS,
 )

@@ -8,6 +8,7 @@ eval.start -> train, with the periodic eval (final adapter) -> eval.end. With `e
 
 from __future__ import annotations
 
+from rlft import world
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
@@ -97,10 +98,8 @@ class GRPOStage(Stage):
     def inputs(self) -> StageInputs:
         """TRL's objections to the settings, rewards, tokenizer, prompts and eval prompts: before the run folder, so a
         bad input leaves nothing behind (fix the config, rerun as is)."""
-        import os
-
         cfg = self.cfg
-        grpo_trl_config(cfg, cfg.train.output_dir or ".", int(os.environ.get("WORLD_SIZE", "1")), self.composed)
+        grpo_trl_config(cfg, cfg.train.output_dir or ".", world.world_size(), self.composed)
         inputs = sampling_inputs(cfg, self.composed)
         if len(inputs.train) < cfg.grpo.batch_size:  # data.too_long=drop can leave fewer rows than validate saw
             raise RunError(f"grpo.batch_size is {cfg.grpo.batch_size} prompts per iteration, but data.train has "

@@ -10,6 +10,7 @@ from rlft.config.names import GRPO_BASELINES, IS_LEVELS, LOSS_AGGREGATIONS, POLI
 from rlft.config.stagespec import BASE_HEALTH, ONLINE_METRICS, TRAIN_METRICS, DataLengths, MemoryProfile, StageChecks, \
     StageSpec, fewer_sampled_rows, halve_micro_batch, is_number, kl_control_note, prompt_tokens, reference_held, \
     shorter_sequences, trl_options
+from rlft.config.stagespec import Doc, REWARD, TOKENS, ONE
 
 # TRL's GRPOConfig default for vllm_gpu_memory_utilization (rlft passes `trl:` options through unchanged)
 TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3
@@ -492,6 +493,17 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
         levers=tuple(levers))
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "reward": ("TRL: mean total reward (the `rewards[]` scores times their weights, summed; a failed score counts "
+               "0 unless every reward failed) of the step's sampled completions; with `env.name`, the mean "
+               "episode return", REWARD),
+    "loss": ("TRL's GRPO loss: the `grpo.loss_fn` policy term (ratio × advantage, averaged over completion "
+             "tokens as `grpo.loss_agg` says) plus β·k3 KL with `kl_penalty_mode: loss`; over episodes, the same "
+             "policy term computed by rlft", ONE),
+    "num_tokens": ("TRL: prompt and completion tokens sampled so far (all processes)", TOKENS),
+}
+
 SPEC = StageSpec(
     name="grpo", section="grpo", runner="rlft.stages.grpo.runner:run", order=1,
     section_cls=GRPOConfig, section_help="GRPO stage and rlft's group-advantage / KL hooks.", section_order=6,
@@ -522,4 +534,5 @@ SPEC = StageSpec(
     steps_per_generation=steps_per_generation,
     checks=checks, section_checks=section_checks, file_checks=file_checks, explain=explain, model_card=model_card,
     memory=memory,
+    metric_meanings=METRIC_MEANINGS,
 )

@@ -9,6 +9,7 @@ from rlft.config.fields import F, config_section
 from rlft.config.preference_lengths import explain
 from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, PREFERENCE_METRICS, TRAIN_METRICS, \
     DataLengths, MemoryProfile, Reference, StageSpec, preference_profile
+from rlft.config.stagespec import Doc, NATS_TOKEN, ONE
 
 
 @config_section
@@ -32,6 +33,30 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
                               data=data)
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("TRL's ORPO loss: nll_loss − β·mean log σ(log odds of chosen over rejected)", NATS_TOKEN),
+    "rewards/chosen": ("TRL: β × the chosen answers' mean per-token log-probability under the policy",
+                       NATS_TOKEN + " × β"),
+    "rewards/rejected": ("TRL: β × the rejected answers' mean per-token log-probability under the policy",
+                         NATS_TOKEN + " × β"),
+    "rewards/margins": ("TRL: mean of chosen minus rejected reward per pair", NATS_TOKEN + " × β"),
+    "logps/chosen": ("TRL: the chosen answers' log-probability per answer token, averaged over pairs",
+                     NATS_TOKEN),
+    "logps/rejected": ("TRL: the rejected answers' log-probability per answer token, averaged over pairs",
+                       NATS_TOKEN),
+    "logits/chosen": ("TRL: the policy's logits averaged over the vocabulary and every position of the chosen "
+                      "sequences (prompt and padding included)", "logit units"),
+    "logits/rejected": ("TRL: the policy's logits averaged over the vocabulary and every position of the "
+                        "rejected sequences (prompt and padding included)", "logit units"),
+    "log_odds_ratio": ("TRL: mean log σ(log odds of chosen over rejected), the term ORPO maximises (≤ 0; 0 = "
+                       "chosen certain)", ONE),
+    "log_odds_chosen": ("TRL: mean log odds ratio log(odds(y_w) / odds(y_l)), odds from the per-token "
+                        "log-probabilities (> 0: chosen preferred)", ONE),
+    "nll_loss": ("TRL: cross-entropy of the chosen sequences over prompt and answer tokens (ORPO's SFT term)",
+                 NATS_TOKEN),
+}
+
 SPEC = StageSpec(
     name="orpo", section="orpo", runner="rlft.stages.orpo.runner:run", order=4,
     section_cls=ORPOConfig, section_help="ORPO stage.", section_order=2,
@@ -44,4 +69,5 @@ SPEC = StageSpec(
     explain=explain, model_card=model_card, memory=memory,
     report_note="ORPO trains on fixed preference pairs and samples no completions, so there is nothing to compare "
                 "here.",
+    metric_meanings=METRIC_MEANINGS,
 )

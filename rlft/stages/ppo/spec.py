@@ -11,6 +11,7 @@ from rlft.config.names import KL_PENALTIES
 from rlft.config.stagespec import (BASE_HEALTH, ONLINE_METRICS, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits,
                                    MemoryProfile, StageChecks, StageSpec, fewer_sampled_rows, is_number,
                                    kl_control_note, prompt_tokens, reference_held, shorter_sequences)
+from rlft.config.stagespec import Doc, ONE
 
 
 @config_section
@@ -207,6 +208,16 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
         what=f"{rows} episodes per update, minibatches of {mini}", levers=tuple(levers))
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("total PPO loss: policy_loss + `vf_coef`·value_loss − `ent_coef`·entropy, mean over the update's "
+             "minibatches", ONE),
+    "advantage_mean": ("mean GAE advantage over action tokens after `ppo.advantage_norm` (≈ 0 with `whiten` "
+                       "and `center`; the raw mean with `none`)", ONE),
+    "advantage_std": ("standard deviation of the GAE advantages over action tokens after `ppo.advantage_norm` "
+                      "(≈ 1 with `whiten`; the raw spread with `center` and `none`), mean over processes", ONE),
+}
+
 SPEC = StageSpec(
     name="ppo", section="ppo", runner="rlft.stages.ppo.runner:run", order=2,
     section_cls=PPOConfig, section_help="PPO stage.", section_order=5,
@@ -224,4 +235,5 @@ SPEC = StageSpec(
     resume_breaking=("ppo.batch_size", "ppo.mini_batch_size", "ppo.value_model"),
     total_steps=total_updates, steps_per_generation=lambda cfg: 1,  # one rollout per update
     checks=checks, section_checks=section_checks, schedule=schedule, explain=explain, memory=memory,
+    metric_meanings=METRIC_MEANINGS,
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rlft.config.fields import F, config_section
 from rlft.config.stagespec import NO_REFERENCE, PREFERENCE_COLUMNS, TRAIN_METRICS, DataLengths, MemoryProfile, \
     Reference, StageChecks, StageSpec, halve_micro_batch
+from rlft.config.stagespec import Doc, REWARD, TOKENS, FRACTION, ONE
 
 # TRL's RewardTrainer logs these on training steps, and with an `eval_` prefix on held-out pairs
 RM_METRICS = ("loss", "accuracy", "margin", "mean_reward", "min_reward", "max_reward", "num_tokens")
@@ -47,6 +48,20 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
                          levers=tuple(levers))
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+# TRL's RewardTrainer (trl/trainer/reward_trainer.py); `eval_` + the name on held-out pairs
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("TRL: Bradley-Terry loss −log σ(r_chosen − r_rejected), mean over the step's pairs (plus "
+             "`rm.center_rewards_coefficient`·mean(r²) when set)", ONE),
+    "accuracy": ("TRL: pairwise accuracy, share of the step's pairs whose chosen answer scores above the "
+                 "rejected one", FRACTION),
+    "margin": ("TRL: mean reward margin r_chosen − r_rejected over the step's pairs", REWARD),
+    "mean_reward": ("TRL: mean score of the step's chosen and rejected answers", REWARD),
+    "min_reward": ("TRL: lowest score among the step's answers", REWARD),
+    "max_reward": ("TRL: highest score among the step's answers", REWARD),
+    "num_tokens": ("TRL: tokens of the pairs trained on so far (all processes)", TOKENS),
+}
+
 SPEC = StageSpec(
     name="rm", section="rm", runner="rlft.stages.rm.runner:run", order=7,
     section_cls=RMConfig, section_help="Reward-model stage.", section_order=7,
@@ -57,4 +72,5 @@ SPEC = StageSpec(
     console=("loss", "accuracy", "margin"),
     checks=checks, model_card=model_card, memory=memory,
     report_note="The RM stage trains a scorer on fixed preference pairs and samples no completions.",
+    metric_meanings=METRIC_MEANINGS,
 )

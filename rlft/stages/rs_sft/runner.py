@@ -18,4 +18,11 @@ def run(cfg: RlftConfig, composed: Composed, opts: RunOptions) -> int:
     from rlft.stages.rs_sft.decide import rs_sft_decide
     from rlft.stages.common.sampled_sft import SampledSFT
 
-    return SampledSFT(cfg, composed, opts, rs_sft_decide, "trl:SFTTrainer").run()
+    return SampledSFT(cfg, composed, opts, rs_sft_decide, sft_trainer).run()
+
+
+def sft_trainer() -> type:
+    """RS-SFT's trainer class: TRL's SFTTrainer (imported when a round trains, after the process is set up)."""
+    from trl import SFTTrainer
+
+    return SFTTrainer

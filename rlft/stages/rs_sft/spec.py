@@ -8,6 +8,7 @@ from rlft.config.fields import F, config_section, max_tokens_field, temperature_
 from rlft.config.names import KEEP_RULES
 from rlft.config.stagespec import (BASE_HEALTH, SAMPLED_SFT_METRICS, SFT_TRL_CONFIG, SFT_TRL_MODELED, TRAIN_METRICS,
                                    StageSpec, sample_then_sft_profile, sft_trl_checks)
+from rlft.config.stagespec import Doc, NATS_TOKEN
 
 
 @config_section
@@ -38,6 +39,12 @@ def explain(cfg) -> list[str]:
     return [sampled_sft_schedule(cfg, what)]
 
 
+# this stage's own (meaning, unit) of shared metric names (rlft/config/metric_docs.py has the rest)
+METRIC_MEANINGS: dict[str, Doc] = {
+    "loss": ("TRL's SFT loss: negative log-likelihood of the kept completions' tokens (prompt masked)",
+             NATS_TOKEN),
+}
+
 SPEC = StageSpec(
     name="rs_sft", section="rs_sft", runner="rlft.stages.rs_sft.runner:run", order=5,
     section_cls=RSSFTConfig, section_help="Rejection-sampling SFT stage.", section_order=3,
@@ -48,4 +55,5 @@ SPEC = StageSpec(
     health_rules=(*BASE_HEALTH, "truncated"),
     resume_breaking=("rs_sft.num_samples_per_prompt", "rs_sft.rounds"),
     explain=explain, memory=sample_then_sft_profile,
+    metric_meanings=METRIC_MEANINGS,
 )
