@@ -69,9 +69,6 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
         "aside_path: rlft/rundir/folder.py, rlft/runtime/resume_plan.py": "different jobs",
         "describe: rlft/config/eval_sampling.py, rlft/config/keys.py, rlft/config/metric_docs.py, rlft/data/chat.py, "
         "rlft/runtime/sharding.py": "five describers of five things",
-        "episode_return_advantages: rlft/algos/estimators.py, rlft/trainers/advantage_steps.py":
-            "the math and the loop's step around it; pure advantage steps remove the second",
-        "gae_advantages: rlft/algos/estimators.py, rlft/trainers/advantage_steps.py": "as episode_return_advantages",
         "evaluate: rlft/posttrain/evaluate.py, rlft/rollout/evaluate.py": "`rlft eval` and the run's eval",
         "generate: rlft/docs/generate.py, rlft/posttrain/generate.py": "reference pages and `rlft generate`",
         "load: rlft/commands/common.py, rlft/rewards/reward_model.py": "a config and a reward model",

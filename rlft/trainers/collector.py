@@ -20,17 +20,10 @@ from rlft.rollout.offpolicy import (
 )
 from rlft.trainers.dynamic_sampling import dynamic_batch
 from rlft.trainers.ppo_batch import PPOBatch
+from rlft.trainers.processes import mean_over_processes
 
 if TYPE_CHECKING:
     from rlft.trainers.loop_algorithm import LoopAlgorithm
-
-
-def mean_over_processes(accelerator, x) -> float:
-    """Mean over processes of a scalar."""
-    t = torch.as_tensor(x, dtype=torch.float32, device=accelerator.device).reshape(1)
-    if accelerator.num_processes > 1:
-        t = accelerator.gather(t)
-    return float(t.mean())
 
 
 class RolloutCollector:
