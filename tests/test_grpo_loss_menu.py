@@ -112,7 +112,7 @@ def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     """The episode loop's loss (multi-turn GRPO, rlft.trainers.advantage_steps) on the same tensors as TRL's
     single-turn loss."""
     from rlft.trainers.advantage_steps import StepSettings, advantage_step
-    from rlft.trainers.loop_algorithm import LoopAlgorithm
+    from rlft.algos.loop_algorithm import LoopAlgorithm
 
     s = SETTINGS[name]
     grpo = SimpleNamespace(loss_fn=s.loss_fn, clip_range=s.clip_low, clip_low=None, clip_high=s.clip_high,

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from rlft.cli import app
 from rlft.rollout.episodes import Episode, episode_metrics
 from rlft.trainers.advantage_steps import StepSettings, advantage_step, mask_truncated
-from rlft.trainers.loop_algorithm import LoopAlgorithm
-from rlft.trainers.ppo_batch import PPOBatch
+from rlft.algos.loop_algorithm import LoopAlgorithm
+from rlft.rollout.ppo_batch import PPOBatch
 
 REPO = Path(__file__).resolve().parents[1]
 B, T = 4, 6

@@ -24,9 +24,9 @@ from rlft.algos import (
 
 if TYPE_CHECKING:
     from rlft.algos.loop_state import LoopState
-    from rlft.trainers.loop_algorithm import LoopAlgorithm
-    from rlft.trainers.ppo_batch import PPOBatch
-    from rlft.trainers.processes import Processes
+    from rlft.algos.loop_algorithm import LoopAlgorithm
+    from rlft.rollout.ppo_batch import PPOBatch
+    from rlft.rollout.processes import Processes
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import torch
 from rlft.rollout.episodes import episode_metrics
 
 if TYPE_CHECKING:
-    from rlft.trainers.collector import RolloutCollector
+    from rlft.rollout.collector import RolloutCollector
 
 
 class LoopEvaluator:

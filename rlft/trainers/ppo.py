@@ -18,9 +18,9 @@ With an environment (`env.name`) an episode is multi-turn (`rlft.rollout.episode
 rewards sit on each turn's last action token, observation tokens are masked out of the loss and
 skipped by GAE, so the advantage runs across the whole episode (verl's multi-turn PPO).
 
-The loop and the update live here; sampling is the rollout collector's (rlft.trainers.collector), evaluation the
+The loop and the update live here; sampling is the rollout collector's (rlft.rollout.collector), evaluation the
 loop evaluator's (rlft.trainers.loop_evaluator), and the advantage estimator and policy loss are picked by name
-(rlft.trainers.loop_algorithm, rlft.trainers.advantage_steps), so GRPO over episodes runs on this loop as a
+(rlft.algos.loop_algorithm, rlft.trainers.advantage_steps), so GRPO over episodes runs on this loop as a
 configuration. transformers' private Trainer methods used here are listed in rlft/trainers/trl_private.py.
 """
 
@@ -35,15 +35,15 @@ from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
 from rlft.algos import LoopState, approx_kl, behaviour_weights, default_horizon, masked_mean, tis_weights
+from rlft.algos.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.monitor.metrics import eval_row
+from rlft.rollout.collector import RolloutCollector, RolloutSources
+from rlft.rollout.ppo_batch import PPOBatch, token_logps
+from rlft.rollout.processes import Processes, mean_over_processes
 from rlft.trainers.advantage_steps import LearnerPass, Sampled, StepSettings, advantage_step
-from rlft.trainers.collector import RolloutCollector
-from rlft.trainers.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.trainers.loop_evaluator import LoopEvaluator
-from rlft.trainers.ppo_batch import PPOBatch
-from rlft.trainers.processes import Processes, mean_over_processes
 from rlft.trainers.step_rollback import StepRollback
 from rlft.trainers.value_head_io import ValueHeadCheckpoints
 
@@ -56,7 +56,7 @@ __all__ = ["PPOBatch", "RlftPPOTrainer"]
 
 class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     """PPO on `cfg.ppo` (with `cfg.train`, `cfg.env`, `cfg.monitor`); `algorithm` runs another section's algorithm
-    on the same loop (GRPO over episodes: rlft.trainers.loop_algorithm.episode_grpo_algorithm)."""
+    on the same loop (GRPO over episodes: rlft.algos.loop_algorithm.episode_grpo_algorithm)."""
 
     def __init__(self, model: PolicyWithValueHead, args, processing_class, cfg: RlftConfig,
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None, run: RunDir | None = None,
@@ -87,8 +87,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                            f"divisible by the {world} processes: each process takes an equal share of both")
         self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
         self.local_mini = s.mini_batch_size // world
-        self.collector = RolloutCollector(cfg, sec, self.algorithm, train_rows, self.accelerator, processing_class,
-                                          lambda: self.policy, self._forward, reward_suite, run, env_factory, env_guard)
+        self.collector = RolloutCollector(cfg, self.algorithm, train_rows, self.accelerator, processing_class,
+                                          RolloutSources(self.policy, reward_suite, run, env_factory, env_guard))
         self.evaluator = LoopEvaluator(cfg, sec, self.collector, evaluation, episode_eval_rows)
         self.ran_to_end = False  # the loop left after its last update (not stopped by an error): eval.end is due
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
@@ -111,19 +111,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
 
     # --- one update ----------------------------------------------------------------------------
     def _forward(self, model, batch: PPOBatch, with_values: bool = True):
-        """Per-token log-probs, values and logits of the completion tokens (position t-1 predicts t)."""
-        ids, attn, pos = batch.input_ids_BL, batch.attention_mask_BL, batch.position_ids_BL
-        P = batch.prompt_len
-        if with_values:
-            logits, values = model(input_ids=ids, attention_mask=attn, position_ids=pos)
-            values_BT = values[:, P - 1:-1]
-        else:
-            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits
-            values_BT = None
-        logits_BTV = logits[:, P - 1:-1].float() / self.section.temperature
-        logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-        logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
-        return logp_BT, values_BT, logits_BTV, logp_BTV
+        """Per-token log-probs, values and logits of the completion tokens (rlft.rollout.ppo_batch.token_logps)."""
+        return token_logps(model, batch, self.section.temperature, with_values)
 
     @torch.no_grad()
     def rollout(self, update: int) -> PPOBatch:
@@ -304,7 +293,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     def _loop(self):
         s, args, ev = self.schedule, self.args, self.evaluator
         while self.state.global_step < s.num_updates:
-            self.collector.begin_update(self.state.global_step)  # an async sampler may start on these weights
+            # the policy as trained now (an async sampler may start on these weights)
+            self.collector.begin_update(self.state.global_step, self.policy)
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             started = time.perf_counter()
             warming = self.critic_warming_up  # this update trains the value head alone

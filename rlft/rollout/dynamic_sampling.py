@@ -11,9 +11,9 @@ import torch
 from rlft.algos import constant_group_mask, discounted_returns, pick_groups
 
 if TYPE_CHECKING:
-    from rlft.trainers.ppo_batch import PPOBatch
+    from rlft.rollout.ppo_batch import PPOBatch
 
-# `c` below is the rollout collector (rlft.trainers.collector.RolloutCollector, which imports this module)
+# `c` below is the rollout collector (rlft.rollout.collector.RolloutCollector, which imports this module)
 
 
 def refill_rows(c, update: int, attempt: int) -> list[dict]:
