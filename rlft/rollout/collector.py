@@ -21,9 +21,9 @@ from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
-from rlft.rollout.dynamic_sampling import dynamic_batch
+from rlft.rollout.dynamic_sampling import DynamicSampling
 from rlft.rollout.ppo_batch import PPOBatch, token_logps
-from rlft.rollout.processes import mean_over_processes
+from rlft.rollout.processes import Processes, mean_over_processes
 
 if TYPE_CHECKING:
     from rlft.algos.loop_algorithm import LoopAlgorithm
@@ -73,7 +73,8 @@ class RolloutCollector:
         self._worker: GenerationWorker | None = None  # the async sampler (<section>.async.max_steps_off_policy)
         self._clock: LearnerClock | None = None
         self.async_metrics: dict = {}
-        self.dynamic_said = False  # the dynamic-sampling shortfall warning, once a run
+        self.dynamic = DynamicSampling(self.section, train_rows, self.local_batch, cfg.train.seed,
+                                       Processes(accelerator)) if algorithm.dynamic_sampling else None
         self.label = "sampling"  # what the progress display calls this collection (the update, once known)
         # the learner's sampler (sampling.backend); the async sampler's copy of the policy samples with generate
         self.sampler = make_sampler(SamplerSettings.from_config(cfg), tokenizer)
@@ -171,8 +172,9 @@ class RolloutCollector:
         single-turn completions, None for episodes (their rewards are the env's, in batch.env_rewards_BT)."""
         rows = self.rows_for_update(update)
         self.label = f"update {update + 1}/{self.algorithm.schedule.num_updates} sampling"
-        if self.algorithm.dynamic_sampling:  # validation refuses it with async: every batch is sampled here, now
-            batch, rows, dynamic = dynamic_batch(self, update, rows)
+        if self.dynamic is not None:  # validation refuses it with async: every batch is sampled here, now
+            episodes, rows, dynamic = self.dynamic.episodes(update, rows, lambda r: self.sample_episodes(r).episodes)
+            batch = self.episodes_batch(episodes, self.tokenizer)
         else:
             batch, dynamic = self.sampled(update, rows), {}
         batch.rows = rows
