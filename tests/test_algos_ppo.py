@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlft.algos import (
-    ADVANTAGE_ESTIMATORS, clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae,
+    clipped_surrogate, clipped_value_loss, entropy_from_logits, explained_variance, gae, gae_advantages,
     kl_penalty_per_token, last_token_index, masked_moments, masked_whiten, moments_mean_var, ppo_loss, shape_rewards,
     value_bias_from_returns,
 )
@@ -223,7 +223,7 @@ def test_gae_estimator_whitens_over_all_processes_when_given_their_sum():
     rewards = T([[0.0, 1.0, 0.5], [0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
     values = T([[0.1, 0.2, 0.0], [0.3, 0.1, 0.0], [0.5, 0.0, 0.0], [0.2, 0.4, 0.6]])
     mask = T([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
-    gae_adv = ADVANTAGE_ESTIMATORS.get("gae")
+    gae_adv = gae_advantages
     kw = dict(gamma=0.9, lam=0.8)
     whole, ret = gae_adv(rewards_BT=rewards, values_BT=values, mask_BT=mask, **kw)
     halves = [slice(0, 2), slice(2, 4)]
@@ -300,7 +300,7 @@ def test_gae_estimator_advantage_norm_none_and_center():
     values = T([[0.1, 0.2, 0.0], [0.3, 0.1, 0.0]])
     mask = T([[1, 1, 1], [1, 1, 0]])
     raw, ret = gae(rewards, values, mask, 0.9, 0.8)
-    gae_adv = ADVANTAGE_ESTIMATORS.get("gae")
+    gae_adv = gae_advantages
     kw = dict(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=0.9, lam=0.8)
     none, ret_none = gae_adv(norm="none", **kw)
     assert torch.equal(none, raw) and torch.equal(ret_none, ret)  # the returns never change with the norm

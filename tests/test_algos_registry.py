@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rlft.algos import (
-    ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, Registry, clipped_surrogate, episode_group_advantages,
-    gae, importance_sampling, kl_penalty_per_token, masked_whiten, ppo_loss,
+    KL_ESTIMATORS, POLICY_LOSSES, Registry, clipped_surrogate, episode_group_advantages, episode_return_advantages,
+    gae, gae_advantages, importance_sampling, kl_penalty_per_token, masked_whiten, ppo_loss,
 )
 
 T = torch.tensor
@@ -114,7 +114,7 @@ def test_policy_losses_by_name_and_whether_they_clip():
 def test_gae_estimator_whitens_the_advantages_not_the_returns():
     rewards, values, mask = T([[0.0, 1.0, 0.5], [0.0, 2.0, 0.0]]), T([[0.1, 0.2, 0.0], [0.3, 0.1, 0.0]]), \
         T([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    adv, ret = ADVANTAGE_ESTIMATORS.get("gae")(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=0.9, lam=0.8)
+    adv, ret = gae_advantages(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=0.9, lam=0.8)
     raw, want_ret = gae(rewards, values, mask, 0.9, 0.8)
     assert torch.equal(adv, masked_whiten(raw, mask)) and torch.equal(ret, want_ret)
     assert float((adv * mask).sum()) == pytest.approx(0.0, abs=1e-6)
@@ -124,8 +124,8 @@ def test_episode_returns_estimator_is_the_group_advantage_of_the_discounted_retu
     # two groups of two episodes; returns r0 + 0.5 r1: 3, 1 | 0, 0 -> group_mean advantages 1, -1 | 0, 0
     turns = T([[2.0, 2.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
     mask = T([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
-    adv, ret = ADVANTAGE_ESTIMATORS.get("episode_returns")(turn_rewards_BK=turns, mask_BT=mask, group_size=2,
-                                                           baseline_mode="group_mean", gamma=0.5)
+    adv, ret = episode_return_advantages(turn_rewards_BK=turns, mask_BT=mask, group_size=2,
+                                         baseline_mode="group_mean", gamma=0.5)
     assert ret is None
     assert adv.tolist() == [[1.0, 0.0, 1.0], [-1.0, -1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     assert torch.equal(adv, episode_group_advantages(turns, mask, 2, "group_mean", 0.5))

@@ -111,8 +111,8 @@ def test_the_settings_move_the_clip_where_they_should():
 def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     """The episode loop's loss (multi-turn GRPO, rlft.trainers.advantage_steps) on the same tensors as TRL's
     single-turn loss."""
-    from rlft.trainers.advantage_steps import advantage_step
-    from rlft.trainers.loop_algorithm import LoopAlgorithm
+    from rlft.trainers.advantage_steps import StepSettings, advantage_step
+    from rlft.algos.loop_algorithm import LoopAlgorithm
 
     s = SETTINGS[name]
     grpo = SimpleNamespace(loss_fn=s.loss_fn, clip_range=s.clip_low, clip_low=None, clip_high=s.clip_high,
@@ -121,12 +121,12 @@ def test_the_episode_loop_computes_the_single_turn_loss(name, tmp_path):
     assert loss_settings(grpo) == dataclasses.replace(s, clip_high=s.high)  # null resolved to clip_range
     logp_BT, logp_old_BT, adv_B, mask_BT = batch(1)
     want, want_grad = trl_loss(s, logp_BT, logp_old_BT, adv_B, mask_BT, tmp_path)
-    trainer = SimpleNamespace(section=grpo, algorithm=LoopAlgorithm("episode_returns", s.loss_fn, "kl", 0.0, None))
+    settings = StepSettings(LoopAlgorithm("episode_returns", s.loss_fn, "kl", 0.0, None), grpo, None, None)
     mb = SimpleNamespace(logp_old_BT=logp_old_BT, advantages_BT=adv_B[:, None].expand_as(logp_BT).clone(),
                          mask_BT=mask_BT, train_mask_BT=mask_BT)
     logp = logp_BT.clone().requires_grad_(True)
     values_BT = torch.zeros(4, 6, requires_grad=True)
-    loss, m = advantage_step("episode_returns").loss(trainer, mb, logp, values_BT, torch.zeros(4, 6, 3))
+    loss, m = advantage_step("episode_returns").loss(settings, mb, logp, values_BT, torch.zeros(4, 6, 3))
     loss.backward()
     assert loss.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7) and m["policy_loss"] == loss.item()
     torch.testing.assert_close(logp.grad, want_grad, rtol=1e-5, atol=1e-7)

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from rlft.cli import app
 from rlft.rollout.episodes import Episode, episode_metrics
-from rlft.trainers.advantage_steps import advantage_step, mask_truncated
-from rlft.trainers.loop_algorithm import LoopAlgorithm
-from rlft.trainers.ppo_batch import PPOBatch
+from rlft.trainers.advantage_steps import StepSettings, advantage_step, mask_truncated
+from rlft.algos.loop_algorithm import LoopAlgorithm
+from rlft.rollout.ppo_batch import PPOBatch
 
 REPO = Path(__file__).resolve().parents[1]
 B, T = 4, 6
@@ -43,10 +43,16 @@ def ppo_batch(mask_BT, episodes=None, finished=None) -> PPOBatch:
                     rollouts=rollouts)
 
 
-def trainer(estimator: str, on: bool, section=None):
-    return SimpleNamespace(algorithm=LoopAlgorithm(estimator, "ppo", "kl", 0.0, None, mask_truncated=on),
-                           section=section, _mean=float, critic_warming_up=False,
-                           cfg=SimpleNamespace(ppo=section))
+def trainer(estimator: str, on: bool, section=None) -> StepSettings:
+    """The step settings of a single-process loop (means over processes are plain floats)."""
+    return StepSettings(LoopAlgorithm(estimator, "ppo", "kl", 0.0, None, mask_truncated=on), section, None,
+                        SimpleNamespace(mean=float, count=1))
+
+
+def masked(settings, batch) -> dict:
+    """mask_truncated's loss mask put into the batch, as the loop's Advantages.fill does; its metrics."""
+    batch.loss_mask_BT, m = mask_truncated(settings, batch)
+    return m
 
 
 GRPO = SimpleNamespace(loss_fn="ppo", clip_range=0.2, clip_low=None, clip_high=None, clip_ratio_c=None,
@@ -64,7 +70,7 @@ def test_an_episode_is_cut_when_any_turn_hit_max_tokens():
 def test_episodes_with_a_cut_turn_are_masked_whole_and_the_metric_counts_episodes():
     _, _, _, mask = tensors()
     batch = ppo_batch(mask, episodes=[episode(False, False), episode(False, True), episode(True), episode(False)])
-    m = mask_truncated(trainer("episode_returns", True), batch)
+    m = masked(trainer("episode_returns", True), batch)
     assert m == {"frac_masked_truncated": 0.5}
     torch.testing.assert_close(batch.loss_mask_BT, mask * torch.tensor([1.0, 0.0, 0.0, 1.0])[:, None])
     assert batch.mask_BT is mask  # the action mask (advantages, metrics, completions.jsonl) is left as it was
@@ -75,14 +81,14 @@ def test_episodes_with_a_cut_turn_are_masked_whole_and_the_metric_counts_episode
 def test_single_turn_rows_are_masked_where_they_did_not_finish():
     _, _, _, mask = tensors()
     batch = ppo_batch(mask, finished=[True, False, True, True])
-    assert mask_truncated(trainer("gae", True), batch) == {"frac_masked_truncated": 0.25}
+    assert masked(trainer("gae", True), batch) == {"frac_masked_truncated": 0.25}
     assert batch.loss_mask_BT[1].sum() == 0 and torch.equal(batch.loss_mask_BT[[0, 2, 3]], mask[[0, 2, 3]])
 
 
 def test_off_nothing_changes():
     _, _, _, mask = tensors()
     batch = ppo_batch(mask, episodes=[episode(True)] * B)
-    assert mask_truncated(trainer("episode_returns", False), batch) == {}
+    assert masked(trainer("episode_returns", False), batch) == {}
     assert batch.loss_mask_BT is None and batch.train_mask_BT is mask
 
 
@@ -100,7 +106,7 @@ def test_episode_grpo_masked_episodes_give_no_gradient_and_the_rest_train_as_alo
     section = SimpleNamespace(**{**vars(GRPO), "loss_agg": agg})
     logp_BT, logp_old_BT, adv_BT, mask = tensors()
     batch = ppo_batch(mask, episodes=[episode(False), episode(False, True), episode(False), episode(True)])
-    mask_truncated(trainer("episode_returns", True), batch)
+    masked(trainer("episode_returns", True), batch)
     batch.logp_old_BT, batch.advantages_BT = logp_old_BT, adv_BT
     loss, m, g_logp, _, g_logits = _loss_and_grad("episode_returns", section, batch, logp_BT)
     assert torch.all(g_logp[[1, 3]] == 0) and g_logits is None  # GRPO's entropy is a metric, outside the graph
@@ -123,7 +129,7 @@ def test_episode_grpo_masked_episodes_give_no_gradient_and_the_rest_train_as_alo
 def test_untruncated_batch_trains_as_without_the_option():
     logp_BT, logp_old_BT, adv_BT, mask = tensors()
     on = ppo_batch(mask, episodes=[episode(False, False)] * B)
-    mask_truncated(trainer("episode_returns", True), on)
+    masked(trainer("episode_returns", True), on)
     off = ppo_batch(mask, episodes=[episode(False, False)] * B)
     for b in (on, off):
         b.logp_old_BT, b.advantages_BT = logp_old_BT, adv_BT
@@ -135,7 +141,7 @@ def test_untruncated_batch_trains_as_without_the_option():
 def test_ppo_masked_rows_give_no_policy_value_or_entropy_gradient():
     logp_BT, logp_old_BT, adv_BT, mask = tensors()
     batch = ppo_batch(mask, finished=[True, True, False, True])
-    mask_truncated(trainer("gae", True), batch)
+    masked(trainer("gae", True), batch)
     g = torch.Generator().manual_seed(5)
     batch.logp_old_BT, batch.advantages_BT = logp_old_BT, adv_BT
     batch.values_old_BT, batch.returns_BT = torch.randn(B, T, generator=g) * mask, torch.randn(B, T, generator=g)

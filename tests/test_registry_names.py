@@ -19,13 +19,12 @@ def test_names_match_the_registries():
 
 
 def test_names_match_the_registries_trainers_look_pieces_up_in():
-    from rlft.algos import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+    from rlft.algos import KL_ESTIMATORS, POLICY_LOSSES
 
     assert names.KL_PENALTIES == KL_ESTIMATORS.names()
     assert names.POLICY_LOSSES == POLICY_LOSSES.names()
     # validate-config's `trl:` checks read which losses clip (rlft/stages/grpo/spec.py's trl_checks)
     assert names.CLIPPED_POLICY_LOSSES == tuple(n for n in POLICY_LOSSES.names() if POLICY_LOSSES.get(n).clipped)
-    assert names.ADVANTAGE_ESTIMATORS == ADVANTAGE_ESTIMATORS.names()
     from rlft.algos import IS_LEVELS, LOSS_AGGREGATIONS
 
     assert names.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS.names()

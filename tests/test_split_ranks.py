@@ -50,7 +50,7 @@ def _whiten_worker(rank: int, world: int, out_dir: str) -> None:
     from accelerate import PartialState
     from accelerate.utils import reduce
 
-    from rlft.algos import ADVANTAGE_ESTIMATORS
+    from rlft.algos import gae_advantages
     from rlft.rollout.split import gather, process_group
 
     # the group meets through a file (no port to race for on a busy machine); accelerate joins it as it is
@@ -59,7 +59,7 @@ def _whiten_worker(rank: int, world: int, out_dir: str) -> None:
     assert process_group() == (rank, world)
     rewards, values, mask = _batch()
     half = slice(rank * 2, rank * 2 + 2)
-    adv, _ = ADVANTAGE_ESTIMATORS.get("gae")(rewards_BT=rewards[half], values_BT=values[half], mask_BT=mask[half],
+    adv, _ = gae_advantages(rewards_BT=rewards[half], values_BT=values[half], mask_BT=mask[half],
                                              gamma=1.0, lam=0.95, sum_over_processes=lambda t: reduce(t, "sum"))
     parts = gather(adv.tolist(), world)  # every rank gets every rank's rows, in rank order
     torch.save(torch.tensor([row for part in parts for row in part]), os.path.join(out_dir, f"rank{rank}.pt"))
@@ -80,11 +80,11 @@ def _batch():
 def test_ppo_advantages_whitened_over_two_gloo_processes_equal_one_process(tmp_path):
     import torch.multiprocessing as mp
 
-    from rlft.algos import ADVANTAGE_ESTIMATORS
+    from rlft.algos import gae_advantages
 
     mp.spawn(_whiten_worker, args=(2, str(tmp_path)), nprocs=2, join=True)
     rewards, values, mask = _batch()
-    whole, _ = ADVANTAGE_ESTIMATORS.get("gae")(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=1.0, lam=0.95)
+    whole, _ = gae_advantages(rewards_BT=rewards, values_BT=values, mask_BT=mask, gamma=1.0, lam=0.95)
     for rank in (0, 1):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert torch.allclose(got, whole, atol=1e-6), (got - whole).abs().max()

@@ -1,6 +1,7 @@
-"""Advantage estimators by name: how one update's rewards become per-token advantages in rlft's own loop
-(PPO: `gae`; GRPO over multi-turn episodes: `episode_returns`). The group baselines a GRPO group compares
-against are a registry of their own (`grpo.baseline_mode`, rlft.algos.advantages).
+"""Advantage estimators: how one update's rewards become per-token advantages in rlft's own loop (PPO: `gae`;
+GRPO over multi-turn episodes: `episode_returns`). Each is registered once, by name, with the loop's step around it
+(rlft.trainers.advantage_steps.ADVANTAGE_ESTIMATORS). The group baselines a GRPO group compares against are a
+registry of their own (`grpo.baseline_mode`, rlft.algos.advantages).
 
 An estimator takes keyword arguments and returns (adv_BT, returns_BT), returns being the critic's regression
 targets (None without a critic). Every estimator takes `mask_BT` (1 on action tokens); the rest is its own:
@@ -19,14 +20,8 @@ from torch import Tensor
 
 from rlft.algos.advantages import episode_group_advantages
 from rlft.algos.ppo import gae, masked_moments, normalize_gae_advantages
-from rlft.algos.registry import Registry
-
-AdvantageEstimator = Callable[..., tuple]
-
-ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
-@ADVANTAGE_ESTIMATORS.register("gae")
 def gae_advantages(*, rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, gamma: float, lam: float,
                    sum_over_processes: Callable[[Tensor], Tensor] | None = None,
                    norm: str = "whiten") -> tuple[Tensor, Tensor]:
@@ -43,7 +38,6 @@ def gae_advantages(*, rewards_BT: Tensor, values_BT: Tensor, mask_BT: Tensor, ga
     return normalize_gae_advantages(adv_BT, mask_BT, norm, moments), returns_BT
 
 
-@ADVANTAGE_ESTIMATORS.register("episode_returns")
 def episode_return_advantages(*, turn_rewards_BK: Tensor, mask_BT: Tensor, group_size: int, baseline_mode: str,
                               gamma: float) -> tuple[Tensor, None]:
     """Each episode's return sum_k gamma^k r_k against its group's baseline, spread over its action tokens; no

@@ -14,5 +14,4 @@ POLICY_LOSSES = ("importance_sampling", "ppo", "cispo")                         
 CLIPPED_POLICY_LOSSES = ("ppo", "cispo")                                            # those with clipped=True
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")  # rlft.algos.policy_loss
 IS_LEVELS = ("token", "sequence")                                                   # rlft.algos.policy_loss
-ADVANTAGE_ESTIMATORS = ("gae", "episode_returns")                                   # rlft.algos.estimators
 ENVS = ("toolsim",)                                                                 # rlft.envs.registry

@@ -3,7 +3,7 @@ takes part: the typed protocols below (a trainer implements what it has), never 
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rlft.runtime.checkpoint_files import RLFT_STATE
 
@@ -43,6 +43,14 @@ class HasKLController(Protocol):
     kl_ctl: KLController
 
 
+@runtime_checkable
+class HasLoopState(Protocol):
+    """A trainer on rlft's own loop: its state between updates is one value (`rlft.algos.loop_state.LoopState`),
+    written whole through `SavesRlftState`; a KL setting changed on --resume replaces it."""
+
+    loop_state: Any
+
+
 def _kl_controller(trainer) -> KLController | None:
     return trainer.kl_ctl if isinstance(trainer, HasKLController) else None
 
@@ -71,13 +79,17 @@ def load_rlft_state(trainer, state: dict, changes: dict, section: str) -> None:
     if isinstance(trainer, SavesTrainerState) and "trainer" in state:
         trainer.load_rlft_extra_state(state["trainer"])
     kl_ctl = _kl_controller(trainer)
-    if kl_ctl is None:
+    looping = isinstance(trainer, HasLoopState)
+    if kl_ctl is None and not looping:
         return
     for key, attr in (("kl_penalty_coef", "value"), ("init_kl_coef", "value"), ("target_kl", "target"),
                       ("kl_horizon", "horizon")):
         new = changes.get(f"{section}.{key}", (None, None))[1]
-        # a fixed controller has no target; a horizon set back to null keeps the one the run resolved
-        if new is not None and hasattr(kl_ctl, attr):
+        if new is None:  # a horizon set back to null keeps the one the run resolved
+            continue
+        if looping:
+            trainer.loop_state = trainer.loop_state.with_kl_setting(attr, float(new))
+        elif hasattr(kl_ctl, attr):  # a fixed controller has no target
             setattr(kl_ctl, attr, float(new))
 
 

@@ -12,7 +12,7 @@ import torch
 from rlft.rollout.episodes import episode_metrics
 
 if TYPE_CHECKING:
-    from rlft.trainers.collector import RolloutCollector
+    from rlft.rollout.collector import RolloutCollector
 
 
 class LoopEvaluator:
@@ -25,7 +25,6 @@ class LoopEvaluator:
         self.episode_eval_rows = episode_eval_rows or []
         self.episodes = collector.env_factory is not None and bool(self.episode_eval_rows)
         self.evaluation = evaluation
-        self.start: dict | None = None  # kept in checkpoints, so a resumed run reports the first start
 
     @property
     def enabled(self) -> bool:

@@ -18,9 +18,9 @@ With an environment (`env.name`) an episode is multi-turn (`rlft.rollout.episode
 rewards sit on each turn's last action token, observation tokens are masked out of the loss and
 skipped by GAE, so the advantage runs across the whole episode (verl's multi-turn PPO).
 
-The loop and the update live here; sampling is the rollout collector's (rlft.trainers.collector), evaluation the
+The loop and the update live here; sampling is the rollout collector's (rlft.rollout.collector), evaluation the
 loop evaluator's (rlft.trainers.loop_evaluator), and the advantage estimator and policy loss are picked by name
-(rlft.trainers.loop_algorithm, rlft.trainers.advantage_steps), so GRPO over episodes runs on this loop as a
+(rlft.algos.loop_algorithm, rlft.trainers.advantage_steps), so GRPO over episodes runs on this loop as a
 configuration. transformers' private Trainer methods used here are listed in rlft/trainers/trl_private.py.
 """
 
@@ -34,15 +34,16 @@ from torch import Tensor
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
-from rlft.algos import approx_kl, default_horizon, make_kl_controller, return_scale
+from rlft.algos import LoopState, approx_kl, behaviour_weights, default_horizon, masked_mean, tis_weights
+from rlft.algos.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.monitor.metrics import eval_row
-from rlft.trainers.advantage_steps import advantage_step
-from rlft.trainers.collector import RolloutCollector, mean_over_processes
-from rlft.trainers.loop_algorithm import LoopAlgorithm, ppo_algorithm
+from rlft.rollout.collector import RolloutCollector, RolloutSources
+from rlft.rollout.ppo_batch import PPOBatch, token_logps
+from rlft.rollout.processes import Processes, mean_over_processes
+from rlft.trainers.advantage_steps import LearnerPass, Sampled, StepSettings, advantage_step
 from rlft.trainers.loop_evaluator import LoopEvaluator
-from rlft.trainers.ppo_batch import PPOBatch
 from rlft.trainers.step_rollback import StepRollback
 from rlft.trainers.value_head_io import ValueHeadCheckpoints
 
@@ -55,7 +56,7 @@ __all__ = ["PPOBatch", "RlftPPOTrainer"]
 
 class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     """PPO on `cfg.ppo` (with `cfg.train`, `cfg.env`, `cfg.monitor`); `algorithm` runs another section's algorithm
-    on the same loop (GRPO over episodes: rlft.trainers.loop_algorithm.episode_grpo_algorithm)."""
+    on the same loop (GRPO over episodes: rlft.algos.loop_algorithm.episode_grpo_algorithm)."""
 
     def __init__(self, model: PolicyWithValueHead, args, processing_class, cfg: RlftConfig,
                  train_rows: list[dict], reward_suite, evaluation=None, callbacks=None, run: RunDir | None = None,
@@ -73,9 +74,10 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         coef = self.algorithm.initial_kl_coef
         # the horizon counts updates; unset, a tenth of this run's (the controller acts within the run)
         horizon = sec.kl_horizon or default_horizon(s.num_updates)
-        self.kl_ctl = make_kl_controller(coef, sec.target_kl, sec.adaptive_kl and coef > 0, horizon)
-        self.return_moments = torch.zeros(3, dtype=torch.float64)  # episode returns so far: sum, squares, count
-        self.return_scale = 1.0
+        # what the loop carries from one update to the next (KL coefficient, return moments, eval.start)
+        self.loop_state = LoopState.fresh(coef, sec.target_kl, sec.adaptive_kl and coef > 0, horizon)
+        self.step_settings = StepSettings(self.algorithm, sec, getattr(getattr(cfg, "sampling", None), "tis_cap", None),
+                                          Processes(self.accelerator))
         self.current_flos = 0
         world = self.accelerator.num_processes
         if s.batch_size % world or s.mini_batch_size % world:
@@ -85,8 +87,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                            f"divisible by the {world} processes: each process takes an equal share of both")
         self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
         self.local_mini = s.mini_batch_size // world
-        self.collector = RolloutCollector(cfg, sec, self.algorithm, train_rows, self.accelerator, processing_class,
-                                          lambda: self.policy, self._forward, reward_suite, run, env_factory, env_guard)
+        self.collector = RolloutCollector(cfg, self.algorithm, train_rows, self.accelerator, processing_class,
+                                          RolloutSources(self.policy, reward_suite, run, env_factory, env_guard))
         self.evaluator = LoopEvaluator(cfg, sec, self.collector, evaluation, episode_eval_rows)
         self.ran_to_end = False  # the loop left after its last update (not stopped by an error): eval.end is due
         disable_dropout_in_model(model)  # the rollout's log-probs must be what the learner computes
@@ -101,41 +103,72 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         return self.state.global_step < getattr(self.section, "critic_warmup", 0)
 
     # --- state rlft keeps in each checkpoint ---------------------------------------------------
-    def rlft_extra_state(self) -> dict:
-        return {"eval_start": self.evaluator.start, "return_moments": self.return_moments.tolist()}
+    def rlft_state_dict(self) -> dict:
+        return self.loop_state.state_dict()
 
-    def load_rlft_extra_state(self, state: dict) -> None:
-        if state.get("return_moments") is not None:  # a resumed run scales its returns as the uninterrupted one
-            self.return_moments = torch.tensor(state["return_moments"], dtype=torch.float64)
-            self.return_scale = return_scale(self.return_moments)
-        self.evaluator.start = state.get("eval_start")
+    def load_rlft_state_dict(self, state: dict) -> None:
+        self.loop_state = self.loop_state.load(state)
 
     # --- one update ----------------------------------------------------------------------------
     def _forward(self, model, batch: PPOBatch, with_values: bool = True):
-        """Per-token log-probs, values and logits of the completion tokens (position t-1 predicts t)."""
-        ids, attn, pos = batch.input_ids_BL, batch.attention_mask_BL, batch.position_ids_BL
-        P = batch.prompt_len
-        if with_values:
-            logits, values = model(input_ids=ids, attention_mask=attn, position_ids=pos)
-            values_BT = values[:, P - 1:-1]
-        else:
-            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits
-            values_BT = None
-        logits_BTV = logits[:, P - 1:-1].float() / self.section.temperature
-        logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-        logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
-        return logp_BT, values_BT, logits_BTV, logp_BTV
+        """Per-token log-probs, values and logits of the completion tokens (rlft.rollout.ppo_batch.token_logps)."""
+        return token_logps(model, batch, self.section.temperature, with_values)
 
     @torch.no_grad()
     def rollout(self, update: int) -> PPOBatch:
-        """This update's batch sampled and scored, with the learner's log-probs and values and its advantages."""
+        """This update's batch sampled and scored, with the learner's log-probs and values and its advantages (the
+        estimator's step: a new loop state, and on a fresh run's first update maybe the value head's bias moved)."""
         batch, reward_metrics, scores_B = self.collector.collect(update)
-        self.estimator_step.advantages(self, batch, update, reward_metrics, scores_B)
+        reloader = self.collector.reloader
+        sampled = Sampled(reward_metrics, scores_B, float(reloader.version) if reloader is not None else None)
+        adv, batch.metrics, self.loop_state = self.estimator_step.fn(
+            batch, self.loop_state, self.step_settings, self.learner_pass(batch, update), sampled, update)
+        adv.fill(batch)
+        if adv.value_shift:
+            self._value_head_bias().add_(adv.value_shift)
         return batch
+
+    def learner_pass(self, batch: PPOBatch, update: int) -> LearnerPass:
+        """The learner's and the reference's no-grad passes over the batch. Where an async sampler drew the batch
+        with older weights, weights_BT = pi_learner / pi_sampler per token multiplies the advantages (decoupled PPO,
+        rlft.algos.behaviour_weights); with sampling.tis_cap, truncated importance weights to the learner's sampler."""
+        logp, values, _, logp_BTV = self._forward(self.model, batch)
+        weights, cap = None, self.step_settings.tis_cap
+        if batch.logp_behaviour_BT is not None:
+            weights = behaviour_weights(logp, batch.logp_behaviour_BT, batch.mask_BT)
+            mean_weight = self._mean(masked_mean(weights, batch.mask_BT))
+            self.collector.async_metrics["async/behaviour_weight_mean"] = mean_weight
+        elif cap is not None:
+            weights = tis_weights(logp, batch.logp_sampler_BT, batch.mask_BT, cap)
+        ref = None
+        if self.estimator_step.wants_reference(self.loop_state, self.algorithm) or self.ref_model is not None:
+            out = self.reference_logps(batch)
+            ref = (out[0], out[3]) if out is not None else None
+        head_bias = None
+        if update == 0:  # ppo.value_init: first_batch_mean moves it by the batch's mean return
+            head = self._value_head_bias()
+            head_bias = float(head.full_tensor() if hasattr(head, "full_tensor") else head)
+        return LearnerPass(logp, values, logp_BTV, weights, ref, head_bias)
+
+    @torch.no_grad()
+    def reference_logps(self, batch: PPOBatch):
+        """The KL reference's pass: the reference checkpoint, else the adapter-disabled policy; None for full
+        fine-tuning with no reference checkpoint (no KL penalty)."""
+        if self.ref_model is not None:
+            return self._forward(self.ref_model, batch, with_values=False)
+        policy = self.policy
+        if hasattr(policy, "disable_adapter"):
+            with policy.disable_adapter():
+                return self._forward(policy, batch, with_values=False)
+        return None
+
+    def _value_head_bias(self) -> Tensor:
+        return self.accelerator.unwrap_model(self.model).value_head.bias
 
     def loss(self, mb: PPOBatch, logp_BT: Tensor, values_BT: Tensor, logits_BTV: Tensor) -> tuple[Tensor, dict]:
         """The minibatch's loss and metrics from the learner's forward pass over it."""
-        return self.estimator_step.loss(self, mb, logp_BT, values_BT, logits_BTV)
+        return self.estimator_step.loss(self.step_settings, mb, logp_BT, values_BT, logits_BTV,
+                                        not self.critic_warming_up)
 
     def optimize(self, batch: PPOBatch) -> dict:
         """ppo_epochs passes over shuffled minibatches; returns the mean training metrics."""
@@ -230,10 +263,6 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         critic = float(torch.nn.utils.clip_grad_norm_(unwrapped.critic_parameters(), limit))
         return (policy ** 2 + critic ** 2) ** 0.5
 
-    def _sum_over_processes(self, t: Tensor) -> Tensor:
-        """`t` summed over the processes (every rank takes part): the global batch's whitening moments."""
-        return self.accelerator.reduce(t, reduction="sum")
-
     def _mean(self, x) -> float:
         return mean_over_processes(self.accelerator, x)
 
@@ -264,7 +293,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
     def _loop(self):
         s, args, ev = self.schedule, self.args, self.evaluator
         while self.state.global_step < s.num_updates:
-            self.collector.begin_update(self.state.global_step)  # an async sampler may start on these weights
+            # the policy as trained now (an async sampler may start on these weights)
+            self.collector.begin_update(self.state.global_step, self.policy)
             self.control = self.callback_handler.on_step_begin(args, self.state, self.control)
             started = time.perf_counter()
             warming = self.critic_warming_up  # this update trains the value head alone
@@ -277,7 +307,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
             kl = metrics.get("kl_policy_ref")
             # once per update, the horizon in updates; not on a warm-up update, which leaves the policy (its KL) as is
             if kl is not None and not warming:
-                self.kl_ctl.update(kl, 1)
+                self.loop_state = self.loop_state.with_kl(kl, 1)
             self.state.global_step += 1
             episodes = self.state.global_step * s.batch_size
             metrics["episodes"] = episodes

@@ -6,6 +6,8 @@ Shared here so neither stage folder imports the other."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rlft.runtime.lifecycle import Evaluation, Stage, StageInputs
 
 
@@ -57,7 +59,8 @@ class LoopEval(Evaluation):
         return (trainer.policy, trainer.state.global_step) if trainer.ran_to_end else None
 
     def started(self, result: dict) -> None:
-        self.trainer.evaluator.start = result  # so each checkpoint carries it
+        # in the loop's state, so each checkpoint carries it
+        self.trainer.loop_state = dataclasses.replace(self.trainer.loop_state, eval_start=result)
 
     def line(self, ctx) -> str | None:
         return None

@@ -1,5 +1,5 @@
 """GRPO over multi-turn episodes (`--stage grpo` with `env.name`): rlft's PPO loop (`rlft.trainers.ppo`) configured
-as GRPO (`rlft.trainers.loop_algorithm.episode_grpo_algorithm`), since TRL's GRPOTrainer has no per-step rewards
+as GRPO (`rlft.algos.loop_algorithm.episode_grpo_algorithm`), since TRL's GRPOTrainer has no per-step rewards
 (its `environment_factory` calls `get_reward` once at the end) and no per-turn masks.
 
 A group is `group_size` episodes of the same row and seed; each episode's score is its discounted return
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlft.algos.loop_algorithm import episode_grpo_algorithm
 from rlft.config.compose import Composed
 from rlft.errors import RunError
 from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import StageInputs, run_stage
 from rlft.stages.common.episode_setup import env_setup, policy_with_value_head
 from rlft.stages.common.loop_stage import LoopStage
-from rlft.trainers.loop_algorithm import episode_grpo_algorithm
 
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig

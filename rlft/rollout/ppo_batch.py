@@ -1,4 +1,5 @@
-"""One update's episodes as the PPO loop's learner reads them (`PPOBatch`), and a minibatch of them."""
+"""One update's episodes as the PPO loop's learner reads them (`PPOBatch`), a minibatch of them, and a model's
+per-token log-probs over them (`token_logps`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
@@ -53,3 +55,20 @@ class PPOBatch:
             elif f.name in ("rows", "episodes") and value is not None:
                 kept[f.name] = [value[i] for i in rows]
         return PPOBatch(**kept)
+
+
+def token_logps(model, batch: PPOBatch, temperature: float, with_values: bool = True):
+    """(logp_BT, values_BT, logits_BTV, logp_BTV) of the completion tokens (position t-1 predicts t) at the
+    sampling temperature; `with_values`: a policy with a value head (else values_BT is None)."""
+    ids, attn, pos = batch.input_ids_BL, batch.attention_mask_BL, batch.position_ids_BL
+    P = batch.prompt_len
+    if with_values:
+        logits, values = model(input_ids=ids, attention_mask=attn, position_ids=pos)
+        values_BT = values[:, P - 1:-1]
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits
+        values_BT = None
+    logits_BTV = logits[:, P - 1:-1].float() / temperature
+    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
+    return logp_BT, values_BT, logits_BTV, logp_BTV

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LoopAlgorithm:
-    estimator: str            # in rlft.algos.ADVANTAGE_ESTIMATORS (and rlft.trainers.advantage_steps)
+    estimator: str            # in rlft.trainers.advantage_steps.ADVANTAGE_ESTIMATORS (its step and loss)
     policy_loss: str          # in rlft.algos.POLICY_LOSSES
     kl_estimator: str         # in rlft.algos.KL_ESTIMATORS: the per-token KL in the reward or the advantage
     initial_kl_coef: float

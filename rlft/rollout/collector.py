@@ -1,12 +1,15 @@
-"""The PPO loop's sampling side: which rows an update samples, sampling them (single-turn completions or
-multi-turn episodes, now or ahead in a thread), scoring them, and their completions.jsonl and reward logs."""
+"""The sampling side of rlft's own loop (PPO, GRPO over episodes): which rows an update samples, sampling them
+(single-turn completions or multi-turn episodes, now or ahead in a thread), scoring them, and their
+completions.jsonl and reward logs. It knows no trainer: the learner hands it the policy it trains (at the start
+and each update) and reads back a `PPOBatch`."""
 
 from __future__ import annotations
 
 import copy
 import json
 import logging
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor
@@ -18,29 +21,39 @@ from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (
     GenerationWorker, LearnerClock, sampler_copy, staleness_metrics, take_fresh, trainable_weights,
 )
-from rlft.trainers.dynamic_sampling import dynamic_batch
-from rlft.trainers.ppo_batch import PPOBatch
+from rlft.rollout.dynamic_sampling import DynamicSampling
+from rlft.rollout.ppo_batch import PPOBatch, token_logps
+from rlft.rollout.processes import Processes, mean_over_processes
 
 if TYPE_CHECKING:
-    from rlft.trainers.loop_algorithm import LoopAlgorithm
+    from rlft.algos.loop_algorithm import LoopAlgorithm
 
 
-def mean_over_processes(accelerator, x) -> float:
-    """Mean over processes of a scalar."""
-    t = torch.as_tensor(x, dtype=torch.float32, device=accelerator.device).reshape(1)
-    if accelerator.num_processes > 1:
-        t = accelerator.gather(t)
-    return float(t.mean())
+@dataclass
+class RolloutSources:
+    """What the collector samples with and writes to: the policy the learner trains (replaced by each
+    `begin_update`), the rewards, the run folder (None: nothing written), and for episodes the environment factory
+    (() -> SafeEnv; None = single-turn completions scored by the rewards) and the env failure guard."""
+    policy: Any
+    reward_suite: Any = None
+    run: Any = None
+    env_factory: Callable | None = None
+    env_guard: Any = None
 
 
 class RolloutCollector:
-    """Samples each update's batch for the learner. `policy` and `forward` are the trainer's (the policy it trains
-    now; its forward pass, which the async sampler runs on its copy)."""
+    """Samples each update's batch for the learner, in the stage's section (`cfg.ppo`, or `cfg.grpo` over
+    episodes)."""
 
-    def __init__(self, cfg, section, algorithm: LoopAlgorithm, train_rows: list[dict], accelerator, tokenizer,
-                 policy: Callable, forward: Callable, reward_suite=None, run=None, env_factory=None, env_guard=None):
-        self.cfg, self.section, self.algorithm, self.train_rows = cfg, section, algorithm, train_rows
-        self.accelerator, self.tokenizer, self._policy, self._forward = accelerator, tokenizer, policy, forward
+    def __init__(self, cfg, algorithm: LoopAlgorithm, train_rows: list[dict], accelerator, tokenizer,
+                 sources: RolloutSources):
+        from rlft.config.stages import get_spec
+
+        self.cfg, self.algorithm, self.train_rows = cfg, algorithm, train_rows
+        self.section = getattr(cfg, get_spec(cfg.stage).section)
+        self.accelerator, self.tokenizer, self.policy = accelerator, tokenizer, sources.policy
+        reward_suite, run, env_factory, env_guard = sources.reward_suite, sources.run, sources.env_factory, \
+            sources.env_guard
         self.local_batch = algorithm.schedule.batch_size // accelerator.num_processes
         self.reward_suite = reward_suite
         mon = cfg.monitor
@@ -60,7 +73,8 @@ class RolloutCollector:
         self._worker: GenerationWorker | None = None  # the async sampler (<section>.async.max_steps_off_policy)
         self._clock: LearnerClock | None = None
         self.async_metrics: dict = {}
-        self.dynamic_said = False  # the dynamic-sampling shortfall warning, once a run
+        self.dynamic = DynamicSampling(self.section, train_rows, self.local_batch, cfg.train.seed,
+                                       Processes(accelerator)) if algorithm.dynamic_sampling else None
         self.label = "sampling"  # what the progress display calls this collection (the update, once known)
         # the learner's sampler (sampling.backend); the async sampler's copy of the policy samples with generate
         self.sampler = make_sampler(SamplerSettings.from_config(cfg), tokenizer)
@@ -100,7 +114,7 @@ class RolloutCollector:
         """One multi-turn episode per row, laid out like `sample` plus the per-token step rewards (`params`: the
         evaluation's sampling settings instead of training's)."""
         cfg = self.cfg
-        policy, tok, envs = sampler or (self._policy(), self.tokenizer, self.envs_for(len(rows)))
+        policy, tok, envs = sampler or (self.policy, self.tokenizer, self.envs_for(len(rows)))
         label = "eval episodes" if params is not None else self.label  # shown by the main thread only
         with shown.task(label, total=len(rows), unit="episodes") as bar:
             eps = run_episodes(policy, tok, envs, rows, [cfg.train.seed] * len(rows),
@@ -128,7 +142,7 @@ class RolloutCollector:
         if self.env_factory is not None:
             return self.sample_episodes(rows, sampler)
         device = self.accelerator.device
-        policy, tok, _ = sampler or (self._policy(), self.tokenizer, None)
+        policy, tok, _ = sampler or (self.policy, self.tokenizer, None)
         engine, prompts = self.engine_for(policy), [row["prompt"] for row in rows]
         ids = [row.get("prompt_id", i) for i, row in enumerate(rows)]
         with shown.task(self.label, total=len(rows), unit="completions") as bar:  # the main thread's only
@@ -146,7 +160,7 @@ class RolloutCollector:
     def engine_for(self, policy):
         """The learner's sampler synced to `policy` (its weights pushed when they changed since the last sampling);
         None for the async sampler's copy, which samples with generate itself."""
-        if policy is not self._policy():
+        if policy is not self.policy:
             return None
         self.sampler.sync(policy)
         return self.sampler
@@ -158,8 +172,9 @@ class RolloutCollector:
         single-turn completions, None for episodes (their rewards are the env's, in batch.env_rewards_BT)."""
         rows = self.rows_for_update(update)
         self.label = f"update {update + 1}/{self.algorithm.schedule.num_updates} sampling"
-        if self.algorithm.dynamic_sampling:  # validation refuses it with async: every batch is sampled here, now
-            batch, rows, dynamic = dynamic_batch(self, update, rows)
+        if self.dynamic is not None:  # validation refuses it with async: every batch is sampled here, now
+            episodes, rows, dynamic = self.dynamic.episodes(update, rows, lambda r: self.sample_episodes(r).episodes)
+            batch = self.episodes_batch(episodes, self.tokenizer)
         else:
             batch, dynamic = self.sampled(update, rows), {}
         batch.rows = rows
@@ -204,14 +219,16 @@ class RolloutCollector:
         return out
 
     # --- sampling ahead (max_steps_off_policy) ---------------------------------------------------
-    def begin_update(self, update: int) -> None:
-        """With an async sampler: started on the first update (a resumed run starts with empty queues), handed
-        this update's weights (it may start sampling on them)."""
+    def begin_update(self, update: int, policy) -> None:
+        """`policy`: the one the learner trains this update (the same module, or its prepared wrapper's). With an
+        async sampler: started on the first update (a resumed run starts with empty queues), handed this update's
+        weights (it may start sampling on them)."""
+        self.policy = policy
         if self.section.async_.max_steps_off_policy is None:
             return
         if self._worker is None:
             self._start_sampler(update)
-        self._worker.publish(update, trainable_weights(self._policy()))
+        self._worker.publish(update, trainable_weights(self.policy))
         self._clock.begin()
         self.async_metrics = {}
 
@@ -241,14 +258,14 @@ class RolloutCollector:
 
     def _start_sampler(self, first_update: int) -> None:
         """A copy of the policy (with its own tokenizer and environments) sampling in a thread."""
-        sampler, load = sampler_copy(self._policy())
+        sampler, load = sampler_copy(self.policy)
         tokenizer, envs = copy.deepcopy(self.tokenizer), []  # its own: neither is safe to share with a thread
 
         def generate(rows, chunks):
             with torch.no_grad():
                 pool = self.envs_for(len(rows), envs) if self.env_factory else None
                 batch = self.sample(rows, (sampler, tokenizer, pool))
-                batch.logp_behaviour_BT = self._forward(sampler, batch, with_values=False)[0]
+                batch.logp_behaviour_BT = token_logps(sampler, batch, self.section.temperature, with_values=False)[0]
             yield batch
 
         def batches():
@@ -263,25 +280,29 @@ class RolloutCollector:
 
     # --- completions.jsonl -----------------------------------------------------------------------
     def write_completions(self, step: int, batch: PPOBatch) -> None:
-        if not self.accelerator.is_main_process:
-            return
-        mask = batch.mask_BT
-        adv_B = (batch.advantages_BT * mask).sum(1) / mask.sum(1).clamp_min(1)
-        # mask_truncated: the rows left out of the loss (their advantage still shown)
-        masked_B = None if batch.loss_mask_BT is None else (batch.loss_mask_BT.sum(1) == 0) & (mask.sum(1) > 0)
-        if batch.episodes is not None:  # whole episodes: every turn's action, observation and reward
-            n = self.completion_log.rows_to_write(len(batch.episodes))
-            if n:
-                with open(self.completion_log.path, "a") as f:
-                    for b, (ep, a) in enumerate(zip(batch.episodes[:n], adv_B)):
-                        extra = {"masked": bool(masked_B[b])} if masked_B is not None else {}
-                        f.write(json.dumps({"step": step, **ep.log_row(), "advantage": round(float(a), 6),
-                                            **extra}) + "\n")
-            return
-        self.completion_log.write_rollouts(step, batch.rollouts, batch.scores,
-                                           advantages=[round(float(a), 6) for a in adv_B],
-                                           extra={"return": [round(float(g), 6) for g in batch.returns_BT[:, 0]],
-                                                  **({"masked": [bool(m) for m in masked_B]}
-                                                     if masked_B is not None else {}),
-                                                  **({"reward_version": [self.reloader.version] * len(adv_B)}
-                                                     if self.reloader is not None else {})})
+        if self.accelerator.is_main_process:
+            write_batch_completions(self.completion_log, step, batch,
+                                    self.reloader.version if self.reloader is not None else None)
+
+
+def write_batch_completions(log: CompletionLog, step: int, batch: PPOBatch, reward_version=None) -> None:
+    """An update's rows in completions.jsonl, each with its mean advantage: whole episodes (every turn's action,
+    observation and reward), or single-turn completions with their return (and the rewards' version under
+    monitor.reward_hot_reload); `masked` on the rows mask_truncated left out of the loss."""
+    mask = batch.mask_BT
+    adv_B = (batch.advantages_BT * mask).sum(1) / mask.sum(1).clamp_min(1)
+    # mask_truncated: the rows left out of the loss (their advantage still shown)
+    masked_B = None if batch.loss_mask_BT is None else (batch.loss_mask_BT.sum(1) == 0) & (mask.sum(1) > 0)
+    if batch.episodes is not None:
+        n = log.rows_to_write(len(batch.episodes))
+        if n:
+            with open(log.path, "a") as f:
+                for b, (ep, a) in enumerate(zip(batch.episodes[:n], adv_B)):
+                    extra = {"masked": bool(masked_B[b])} if masked_B is not None else {}
+                    f.write(json.dumps({"step": step, **ep.log_row(), "advantage": round(float(a), 6), **extra}) + "\n")
+        return
+    log.write_rollouts(step, batch.rollouts, batch.scores, advantages=[round(float(a), 6) for a in adv_B],
+                       extra={"return": [round(float(g), 6) for g in batch.returns_BT[:, 0]],
+                              **({"masked": [bool(m) for m in masked_B]} if masked_B is not None else {}),
+                              **({"reward_version": [reward_version] * len(adv_B)}
+                                 if reward_version is not None else {})})
