@@ -49,8 +49,6 @@ KNOWN_VIOLATIONS: dict[str, dict[str, str]] = {
     "function-size": {},
     "duplicate-names": {
         # same job, two bodies: to merge into one
-        "episodes_to_updates: rlft/algos/schedule.py, rlft/stages/ppo/spec.py":
-            "same job, identical; a spec imports only config modules: the body to config/, algos/ importing it",
         # same name, different jobs: to rename one of them
         "as_text: rlft/data/messages.py, rlft/plan/render.py": "different jobs",
         "describe: rlft/config/eval_sampling.py, rlft/config/keys.py, rlft/config/metric_docs.py, rlft/data/chat.py, "

@@ -29,7 +29,7 @@ _MODULES = {
             "ppo_loss", "return_scale", "shape_rewards", "value_bias_from_returns"),
     "registry": ("Registry",),
     "rejection": ("KEEP_RULES", "keep_mask"),
-    "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "episodes_to_updates", "ppo_loop_schedule"),
+    "schedule": ("LoopSchedule", "episode_grpo_loop_schedule", "ppo_loop_schedule"),
     "tis": ("tis_metrics", "tis_weights"),
 }
 

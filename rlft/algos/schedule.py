@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rlft.config.stagespec import episodes_to_updates
+
 if TYPE_CHECKING:
     from rlft.config.schema import RlftConfig
 
@@ -22,11 +24,6 @@ class LoopSchedule:
     log_every: int                   # the intervals, in updates
     eval_every: int
     save_every: int
-
-
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """An interval in episodes as whole updates of batch_size episodes, at least 1."""
-    return max(1, round(episodes / batch_size))
 
 
 def _loop(batch_size: int, mini_batch_size: int, gradient_accumulation_steps: int, ppo_epochs: int,

@@ -316,3 +316,9 @@ def preference_profile(cfg: Any, section: str, reference: Reference, full_logits
                          full_logits=Logits(1, seq, f"{section.upper()}: ") if full_logits else None,
                          what=f"{pairs} pairs = {2 * pairs} rows (chosen + rejected) of {seq} tokens",
                          levers=tuple(levers))
+
+
+def episodes_to_updates(episodes: int, batch_size: int) -> int:
+    """An interval in episodes (PPO's *_interval keys) as whole updates of batch_size episodes, at least 1: the
+    spec's explanations and the loop's schedule count by it."""
+    return max(1, round(episodes / batch_size))

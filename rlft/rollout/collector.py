@@ -16,6 +16,7 @@ from torch import Tensor
 
 from rlft import progress as shown
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
+from rlft.rundir import names as run_files
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (
@@ -58,7 +59,7 @@ class RolloutCollector:
         self.reward_suite = reward_suite
         mon = cfg.monitor
         self.completion_log = CompletionLog(run.completions if run is not None else None, mon.log_completions)
-        reward_logs = run.root / "reward_logs.jsonl" if run is not None and mon.reward_logs and reward_suite else None
+        reward_logs = run.reward_logs if run is not None and mon.reward_logs and reward_suite else None
         self.reward_log = RewardLog(reward_logs)  # what the rewards printed, per update and function
         if reward_suite is not None:
             reward_suite.capture_logs(reward_logs is not None)
@@ -66,7 +67,7 @@ class RolloutCollector:
         if run is not None and mon.reward_hot_reload and reward_suite is not None:
             from rlft.rewards.reload import RewardReloader
 
-            self.reloader = RewardReloader(reward_suite, run.root / "overrides.yaml")
+            self.reloader = RewardReloader(reward_suite, run.root / run_files.OVERRIDES)
         self.env_factory = env_factory  # () -> SafeEnv; None = single-turn completions scored by rewards
         self.env_guard = env_guard
         self._envs: list = []

@@ -11,7 +11,7 @@ from rlft.config.names import KL_PENALTIES
 from rlft.config.stagespec import (BASE_HEALTH, ONLINE_METRICS, PLAIN_REF, TRAIN_METRICS, DataLengths, Logits,
                                    MemoryProfile, StageChecks, StageSpec, fewer_sampled_rows, is_number,
                                    kl_control_note, prompt_tokens, reference_held, shorter_sequences)
-from rlft.config.stagespec import Doc, ONE
+from rlft.config.stagespec import Doc, ONE, episodes_to_updates
 
 
 @config_section
@@ -145,11 +145,6 @@ def checks(c: StageChecks) -> None:
     if is_number(g("ppo.init_kl_coef")) and g("ppo.init_kl_coef") > 0 and g("model.ref") in (None, "none", ""):
         c.error("ppo.init_kl_coef", "ppo.init_kl_coef > 0 needs a reference model: set model.ref to `base` (the model "
                 "without the adapter) or a checkpoint path")
-
-
-def episodes_to_updates(episodes: int, batch_size: int) -> int:
-    """PPO's *_interval keys count episodes; the loop counts updates of batch_size episodes (at least 1)."""
-    return max(1, round(episodes / batch_size))
 
 
 def total_updates(cfg) -> int:
