@@ -11,7 +11,7 @@ import typer
 
 from rlft.config.stages import DEFAULT_STAGE
 from rlft.commands.common import FILES_OPT, OVERRIDES_ARG, QUIET_OPT, err, exits, load, quiet
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 TARGET_ARG = typer.Argument(..., help="A run folder (its final/ model), a checkpoint folder, a PEFT adapter folder "

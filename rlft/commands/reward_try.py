@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.config.schema import RlftConfig
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 __all__ = ["TryError", "check_sources", "default_out", "run_config_file", "run_stage_name", "try_rewards"]
 

@@ -17,7 +17,7 @@ import yaml
 
 from rlft.config.errors import ConfigError, Problem
 from rlft.config.schema import HARDWARE, STAGES
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 CLI_LAYER = "command line"
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rlft.config.compose import Composed, Layer
 from rlft.config.errors import Problem
 from rlft.config.run_config import RunConfigError, read_run_config, json_kind
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 if TYPE_CHECKING:
     from rlft.config.schema import ModelConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 CONFIG_FILE = run_files.CONFIG
 

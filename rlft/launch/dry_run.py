@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.config.schema import RlftConfig
 from rlft.config.validate import CONTROL
 from rlft.rundir.markers import MARKER, mark, read_marker

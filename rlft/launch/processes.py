@@ -263,7 +263,7 @@ def forget_unstarted(run) -> None:
     """A new run whose processes failed before writing anything: remove what this process created for it (its
     marker, config.yaml, the empty checkpoints folder), so the corrected command runs again as it is."""
     from rlft.rundir.markers import MARKER
-    from rlft.rundir import names as run_files
+    from rlft import run_files
     from rlft.rundir.lock import LOCK_NAME
 
     made = {MARKER, run_files.CONFIG, run_files.CHECKPOINTS, LOCK_NAME}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlft.numeric import is_finite
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 # exit code of a stage -> status in summary.json
 STATUS_BY_CODE = {0: "finished", 3: "stopped", 4: "stopped", 130: "interrupted", 143: "interrupted"}

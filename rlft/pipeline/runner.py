@@ -13,7 +13,7 @@ from pathlib import Path
 from rlft import progress as shown
 from rlft.config.errors import ConfigError
 from rlft.pipeline.spec import Pipeline, StageEntry, compose_stage, split_overrides, starts_next
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 SUMMARY = run_files.PIPELINE_SUMMARY
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.config.stages import get_spec
 from rlft.config.stagespec import PREFERENCE_COLUMNS, DataLengths
 

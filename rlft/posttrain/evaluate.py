@@ -10,7 +10,7 @@ from rlft.config.schema import RlftConfig
 from rlft.errors import RunError
 from rlft.posttrain.policy import load_trained_policy
 from rlft.posttrain.target import Target
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 def sampling_section(cfg: RlftConfig):

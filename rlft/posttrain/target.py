@@ -11,7 +11,7 @@ from pathlib import Path
 from rlft.errors import RunError
 from rlft.rundir.folder import checkpoint_step
 from rlft.config.run_config import RunConfigError, read_run_config
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 @dataclass

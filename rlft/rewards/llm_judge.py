@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.numeric import is_number
 
 __all__ = ["llm_judge", "check_kwargs", "parse_reply", "template_fields", "JudgeError", "CACHE_FILE"]

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.numeric import is_finite
 from rlft import world
 

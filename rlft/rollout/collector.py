@@ -16,7 +16,7 @@ from torch import Tensor
 
 from rlft import progress as shown
 from rlft.rollout import CompletionLog, RewardLog, SamplingParams, sample, score
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.rollout.episodes import collate_episodes, episode_metrics, run_episodes
 from rlft.rollout.sampler import SamplerSettings, make_sampler
 from rlft.rollout.offpolicy import (

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.rundir.lock import LOCK_NAME, RunLock
 from rlft.rundir.markers import Owned, read_marker, write_marker
 

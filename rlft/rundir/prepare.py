@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.config.compose import Composed
 from rlft.config.render import render_yaml
 from rlft.config.schema import RlftConfig

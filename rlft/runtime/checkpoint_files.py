@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.rundir.folder import COMPLETE_MARKER, checkpoint_step
 from rlft.config.run_config import json_kind
 

@@ -33,7 +33,7 @@ from rlft.runtime.saved_state import rlft_state
 from rlft.models.sharded import mark_sharded
 from rlft.runtime.sharding import check_sharded, distributed_block, memory_numbers, set_up_sharding, settle_root
 from rlft.runtime.sharding import describe as describe_sharding
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 class RunContext:

@@ -10,7 +10,7 @@ import sys
 from rlft import world
 from rlft.rundir.folder import RunDir
 from rlft.runtime.sharding import is_fsdp
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 def check_ranks_in_sync(trainer, run: RunDir) -> None:

@@ -23,7 +23,7 @@ from rlft.runtime.resume_plan import (ProblemOf, ResumePlan, SetAside, damaged_p
                                      target_steps)
 from rlft.runtime.rounds_state import read_rounds_state, write_rounds_state
 from rlft.runtime.saved_state import load_rlft_state, state_problem
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 PER_CHECKPOINT, PER_ROUND = "checkpoint", "round"  # a stage's resume policy (rlft.runtime.lifecycle.Stage.resume)
 

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.rundir.folder import RunDir

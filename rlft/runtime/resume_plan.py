@@ -12,7 +12,7 @@ from pathlib import Path
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
 from rlft.rundir.folder import RunDir, checkpoint_step
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 ProblemOf = Callable[[Path], "str | None"]  # why a checkpoint cannot be resumed from, None when whole
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from rlft.errors import RunError
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.rundir.folder import RunDir
 
 STATE_FILE = run_files.ROUNDS

@@ -6,7 +6,7 @@ import sys
 import time
 
 from rlft.rundir.folder import RunDir, checkpoint_step
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 
 def write_run_summary(run: RunDir, stage: str, code: int | None, *, error: str | None, steps: int,

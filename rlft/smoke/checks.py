@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.numeric import is_finite
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 MOST = 0.5  # a reward must score more than this share of the completions it was asked about
 

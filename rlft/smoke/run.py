@@ -19,7 +19,7 @@ from pathlib import Path
 from rlft.config.errors import ConfigError
 from rlft.models.config_json import ConfigJsonError
 from rlft.smoke.changes import Change, ModelChoice, as_layer, choose_model, smoke_changes
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 SMOKE_ROOT = Path("runs") / "smoke"
 RESUME_HINT = "(the smoke test resumes it itself)"

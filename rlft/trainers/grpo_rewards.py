@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from accelerate.utils import gather_object
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.data.messages import as_text
 from rlft.rewards.safe import RewardSuite, SafeReward
 from rlft.rollout import CompletionLog, RewardLog, score_texts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trl import RewardTrainer
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 SCORING_FILE = run_files.REWARD_MODEL_SCORING  # rlft.rewards.reward_model reads it
 

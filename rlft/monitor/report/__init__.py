@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlft.rundir import names as run_files
+from rlft import run_files
 from rlft.monitor.report.load import MAX_TEXT_CHARS, ReportInputError, RunData, load_run, unique_names
 
 __all__ = ["ReportInputError", "ReportResult", "build_report", "load_run"]

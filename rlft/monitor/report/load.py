@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.numeric import is_finite, is_number
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 # completion-row keys that are not extra prompt columns
 COMPLETION_KEYS = {"step", "group", "prompt", "prompt_id", "completion", "rewards", "total", "advantage", "weight",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlft.numeric import is_finite
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 SUMMARY = run_files.PIPELINE_SUMMARY
 

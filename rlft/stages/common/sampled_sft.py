@@ -43,7 +43,7 @@ from rlft.rundir.options import RunOptions
 from rlft.runtime.lifecycle import PER_ROUND, Evaluation, Stage, StageInputs, run_stage
 from rlft.stages.common.rounds import training_pairs
 from rlft.stages.common.samples_log import SamplesLog
-from rlft.rundir import names as run_files
+from rlft import run_files
 
 def sft_trl_config(cfg: RlftConfig, output_dir: str, composed: Composed | None = None):
     """The one place rlft keys become a trl.SFTConfig for RS-SFT / AWR; `trl:` passthrough options go last."""
