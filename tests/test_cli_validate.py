@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ROOT, run_cli
 from rlft.cli import app
 from rlft.config import HARDWARE, STAGES, configs_dir
 
@@ -541,3 +542,18 @@ def test_python_m_entry_point_exit_codes():
                           capture_output=True, text=True, cwd=REPO)
     assert good.returncode == 0, good.stderr
     assert good.stdout.startswith("config OK: stage dpo, hw cpu")
+
+
+@pytest.mark.parametrize("generation, said", [
+    ("transformers", "sampling.backend vllm moves only its evaluations to vLLM"),
+    ("vllm", "two engines' memory in one process")])
+def test_single_turn_grpo_says_what_sampling_backend_vllm_moves(generation, said):
+    """Single-turn GRPO trains on TRL's samples (grpo.generation_backend): sampling.backend vllm moves its evaluations
+    only, and both keys at vllm mean two engines; each is said as a warning naming sampling.backend."""
+    res = run_cli("validate-config", "--stage", "grpo", "--hw", "cpu", "-c", ROOT / "configs/examples/grpo_demo.yaml",
+                  "sampling.backend=vllm", f"grpo.generation_backend={generation}")
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: sampling.backend")]
+    assert len(warnings) == 1 and said in warnings[0], res.stderr
+    episodes = run_cli("validate-config", "--stage", "grpo", "--hw", "cpu", "-c",
+                       ROOT / "configs/examples/tool_use_grpo.yaml", "sampling.backend=vllm")
+    assert "warning: sampling.backend" not in episodes.stderr  # over episodes rlft's own sampler does it all

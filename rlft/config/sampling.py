@@ -18,8 +18,9 @@ class SamplingConfig:
     """`sampling:` the engine that samples completions (every rlft-owned sampling path reads it)."""
     backend: str = F("hf", "Who samples: `hf` (transformers generate on the policy itself) or `vllm` (a vLLM engine "
                            "in the training process, created once, sent the trained weights before each sampling "
-                           "that follows an update; for single-turn GRPO it also means grpo.generation_backend "
-                           "vllm).", choices=list(BACKENDS))
+                           "that follows an update). Single-turn GRPO's training samples follow "
+                           "grpo.generation_backend (TRL's own vLLM path); this key moves its evaluations.",
+                     choices=list(BACKENDS))
     vllm_dtype: str = F("auto", "vLLM's weights dtype; `auto` = the policy's own (a different one makes the sampler "
                                 "disagree with the learner: watch kl_sample_train_v2).",
                         choices=["auto", "float32", "bfloat16", "float16"])

@@ -192,6 +192,17 @@ def _check_sampling(c: StageChecks) -> None:
     if isinstance(nm, int) and g("env.name"):
         c.error("grpo.stream_minibatch.num_minibatches", "streaming is built for single-turn completions; multi-turn "
                 "episodes (env.name) sample a whole update at once (async, grpo.async, works with them)")
+    if g("sampling.backend") == "vllm" and not g("env.name"):
+        # single-turn GRPO trains on TRL's samples: sampling.backend reaches only rlft's own paths (the evaluations)
+        if g("grpo.generation_backend") == "vllm":
+            c.warning("sampling.backend", "single-turn GRPO with grpo.generation_backend vllm as well: TRL's engine "
+                      "samples the training completions and a second engine, rlft's, the evaluations (two engines' "
+                      "memory in one process); set sampling.backend hf to evaluate with transformers instead")
+        else:
+            c.warning("sampling.backend", "single-turn GRPO samples its training completions by "
+                      f"grpo.generation_backend (`{g('grpo.generation_backend')}`); sampling.backend vllm moves only "
+                      "its evaluations to vLLM. Set grpo.generation_backend: vllm for vLLM training samples (TRL's "
+                      "colocated engine)")
     if g("grpo.generation_backend") == "vllm":
         import importlib.util
 
