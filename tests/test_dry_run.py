@@ -386,3 +386,30 @@ def test_script_lines_do_not_depend_on_the_run_folder_name(name):
                              .split("\n"))
     head = lines[1:lines.index("")]
     assert head and all(line.startswith("#") for line in head), head
+
+
+def test_dry_run_says_who_samples():
+    from types import SimpleNamespace as NS
+
+    from rlft.launch.dry_run import sampling_line
+
+    def cfg(stage, backend="hf", generation="transformers", env=None):
+        return NS(stage=stage, sampling=NS(backend=backend), env=NS(name=env), grpo=NS(generation_backend=generation))
+
+    assert sampling_line(cfg("ppo", "vllm")) == \
+        "# sampling: training and evaluations by a vLLM engine in the training process (sampling.backend vllm)"
+    assert "training and evaluations by a vLLM engine" in sampling_line(cfg("grpo", "vllm", env="toolsim"))
+    single = sampling_line(cfg("grpo", "hf", "vllm"))
+    assert "training by a vLLM engine in the training process inside TRL's trainer (grpo.generation_backend vllm)" \
+        in single and single.endswith("evaluations by transformers generate (sampling.backend hf)")
+    assert sampling_line(cfg("dpo")) is None  # samples nothing
+
+
+def test_dry_run_refuses_vllm_where_it_is_not_installed(tmp_path):
+    from rlft.config.sampling import vllm_installed
+
+    if vllm_installed():
+        pytest.skip("vllm is installed here")
+    proc = dry_run(tmp_path, "--hw", "cpu", "sampling.backend=vllm")
+    assert proc.returncode == 2 and "vllm is not installed" in proc.stderr and "--vllm-cpu" in proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -104,11 +104,34 @@ def _describe(cfg: RlftConfig, hw: str) -> str:
     return f"hw {hw} ({h.device}), {total} processes on {where} ({h.distributed_strategy})"
 
 
+_SAMPLERS = {"hf": "transformers generate", "transformers": "transformers generate",
+             "vllm": "a vLLM engine in the training process"}
+
+
+def sampling_line(cfg: RlftConfig) -> str | None:
+    """Who samples the run's completions, training and evaluation, or None for a stage that samples none."""
+    from rlft.config.stages import get_spec
+
+    if not get_spec(cfg.stage).samples:
+        return None
+    backend = cfg.sampling.backend
+    rlft_side = f"{_SAMPLERS.get(backend, backend)} (sampling.backend {backend})"
+    if cfg.stage == "grpo" and not cfg.env.name:  # single-turn GRPO trains on TRL's own samples
+        gen = cfg.grpo.generation_backend
+        return (f"# sampling: training by {_SAMPLERS.get(gen, gen)} inside TRL's trainer (grpo.generation_backend "
+                f"{gen}); evaluations by {rlft_side}")
+    return f"# sampling: training and evaluations by {rlft_side}"
+
+
 def launch_lines(cfg: RlftConfig, hw: str, args: list[str], root: Path, named: bool) -> list[str]:
-    """The printed plan: a header, then the plain command (one process) or one launch line per machine."""
+    """The printed plan: a header (and who samples), then the plain command (one process) or one launch line per
+    machine."""
     folder = str(root) if named else f"{Path(default_output_dir(cfg.stage)).parent}/{cfg.stage}-<timestamp>, named " \
                                      "when it starts"
     lines = [f"# rlft train --dry-run: stage {cfg.stage}, {_describe(cfg, hw)}; run folder {_one_line(folder)}"]
+    sampling = sampling_line(cfg)
+    if sampling is not None:
+        lines.append(sampling)
     if not is_multi(cfg):
         return lines + [shlex.join(["rlft", *args])]
     h = cfg.hw
