@@ -5,6 +5,8 @@
 #   2. grpo-vllm   the same with grpo.generation_backend=vllm, grpo.vllm_mode=colocate (skipped without vllm)
 #   3. grpo-fsdp   GRPO full fine-tuning, --hw fsdp with hw.num_processes = every visible GPU (skipped below 2)
 #   4. ppo-a100    PPO with LoRA, --hw a100
+#   5. ppo-vllm, episodes-vllm, rs_sft-vllm, awr-vllm: PPO, GRPO over tool-use episodes, RS-SFT and AWR with
+#      sampling.backend=vllm (rlft's own engine, every sampling path but single-turn GRPO's; skipped without vllm)
 #
 # After each: the median step time (deltas of metrics.jsonl's `time` after the first step), completion tokens/s
 # (completion_length x completions per step / step time; GRPO also prompt+completion tokens/s from TRL's
@@ -25,7 +27,8 @@ cd "$(dirname "$0")/.."
 MODEL=${RLFT_SMOKE_MODEL:-}
 STEPS=5
 OUT=runs/gpu_smoke
-ONLY=grpo-a100,grpo-vllm,grpo-fsdp,ppo-a100
+ONLY=grpo-a100,grpo-vllm,grpo-fsdp,ppo-a100,ppo-vllm,episodes-vllm,rs_sft-vllm,awr-vllm
+ALL=$ONLY
 
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_smoke: $*" >&2; exit 2; }
@@ -41,7 +44,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 for name in ${ONLY//,/ }; do
-  case $name in grpo-a100|grpo-vllm|grpo-fsdp|ppo-a100) ;; *) die "unknown run '$name' in --only" ;; esac
+  [[ ",$ALL," == *",$name,"* ]] || die "unknown run '$name' in --only (runs: $ALL)"
 done
 
 # --- a GPU, or stop here ---------------------------------------------------------------------------------------
@@ -232,6 +235,31 @@ if wanted ppo-a100; then
   # ppo.batch_size episodes per update: STEPS updates
   smoke ppo-a100 ppo a100 "$PPO" "${COMMON[@]}" ppo.batch_size=16 ppo.mini_batch_size=8 ppo.max_tokens=64 \
     "ppo.num_episodes=$((16 * STEPS))" ppo.log_interval=16
+fi
+
+# rlft's own vLLM engine (sampling.backend): one row per sampling path it serves
+VLLM_ARGS=(sampling.backend=vllm sampling.gpu_memory_utilization=0.3)
+vllm_smoke() {  # name stage config args...
+  if ! "$PY" -c "import vllm" >/dev/null 2>&1; then
+    skip "$1" "vllm is not installed (pip install 'rlft[vllm]')"
+  else
+    local name=$1 stage=$2 config=$3
+    shift 3
+    smoke "$name" "$stage" a100 "$config" "${COMMON[@]}" "${VLLM_ARGS[@]}" "$@"
+  fi
+}
+if wanted ppo-vllm; then
+  vllm_smoke ppo-vllm ppo "$PPO" ppo.batch_size=16 ppo.mini_batch_size=8 ppo.max_tokens=64 \
+    "ppo.num_episodes=$((16 * STEPS))" ppo.log_interval=16
+fi
+if wanted episodes-vllm; then
+  vllm_smoke episodes-vllm grpo configs/examples/tool_use_grpo.yaml "train.max_steps=$STEPS"
+fi
+if wanted rs_sft-vllm; then
+  vllm_smoke rs_sft-vllm rs_sft configs/examples/rs_sft_demo.yaml "train.max_steps=$STEPS"
+fi
+if wanted awr-vllm; then
+  vllm_smoke awr-vllm awr configs/examples/awr_demo.yaml "train.max_steps=$STEPS"
 fi
 
 echo
