@@ -167,6 +167,29 @@ def test_vllm_colocate_share():
     assert plan.term("vllm").bytes == 0.5 * 80 * GIB and plan.term("kv_cache") is None
 
 
+def test_rlft_engine_counted_on_every_path_it_samples():
+    """sampling.backend vllm: rlft's engine holds its own weights and KV cache (CPU) or its share (CUDA); where it
+    samples training (PPO, RS-SFT, AWR, episodes) the generate terms go, beside single-turn GRPO (TRL samples
+    training) they stay."""
+    for stage, files in (("ppo", ["configs/examples/ppo_demo.yaml"]), ("awr", ["configs/examples/awr_demo.yaml"]),
+                         ("rs_sft", ["configs/examples/rs_sft_demo.yaml"])):
+        cfg, hf = _plan(stage, "cpu", files=files)
+        cfg = with_overrides(cfg, {"sampling.backend": "vllm", "sampling.kv_cache_gib": 2})
+        plan = make_plan(cfg, load_shape("tiny"))
+        assert plan.term("vllm_engine").bytes == 115_392 * 4 + 2 * GIB, stage
+        assert hf.term("kv_cache") is not None and plan.term("kv_cache") is None, stage
+    cfg, _ = _plan("grpo", "cpu", files=["configs/examples/grpo_demo.yaml"])
+    plan = make_plan(with_overrides(cfg, {"sampling.backend": "vllm"}), load_shape("tiny"))
+    assert plan.term("vllm_engine").bytes == 115_392 * 4 + GIB and plan.term("kv_cache") is not None
+    cfg, _ = _plan("ppo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]")
+    plan = make_plan(with_overrides(cfg, {"sampling.backend": "vllm", "sampling.gpu_memory_utilization": 0.25}),
+                     load_shape("tiny"))
+    assert plan.term("vllm_engine").bytes == 0.25 * 80 * GIB
+    cfg, _ = _plan("dpo", "cpu", files=["configs/examples/dpo_demo.yaml"])
+    plan = make_plan(with_overrides(cfg, {"sampling.backend": "vllm"}), load_shape("tiny"))
+    assert plan.term("vllm_engine") is None  # samples nothing
+
+
 def test_levers_lower_the_peak_largest_saving_first():
     cfg, plan = _plan("grpo", "a100", "data.train=demo", "rewards=[{fn: char_fraction}]",
                       "train.per_device_train_batch_size=16")

@@ -224,6 +224,8 @@ class MemoryProfile:
     vllm_share: float | None = None  # vLLM samples: its gpu_memory_utilization (None: generate in this process)
     vllm_mode: str = "colocate"      # `colocate` (the share is on this device) or `server`
     episodes: bool = False           # multi-turn episodes against an environment (env.name)
+    trl_samples: bool = False        # TRL's trainer samples the training batch (single-turn GRPO): sampling.backend
+                                     # reaches only the evaluations
     what: str = ""                   # the batch in words
     levers: tuple[Lever, ...] = ()   # the stage's own knobs that lower the peak, tried by `rlft plan`
 

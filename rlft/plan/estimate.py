@@ -203,9 +203,19 @@ def _sampling_terms(cfg: RlftConfig, shape: ModelShape, pr: Precision, w: Memory
     sampled batch (its log-probs, hidden states and values)."""
     out: list[T.Term] = []
     sw = sharding(cfg, world)[0]
+    # rlft's own engine (sampling.backend vllm) samples every path but a training batch TRL's trainer samples
+    engine = cfg.sampling.backend == "vllm" and (w.sample_rows > 0 or w.vllm_share is not None)
+    trains_on_engine = engine and not w.trl_samples
+    if engine:
+        sampling = cfg.sampling
+        out.append(T.rlft_engine(cfg.hw.device, sampling.gpu_memory_utilization, device_bytes, sampling.kv_cache_gib,
+                                 shape.num_params(), pr.weight_b))
     if w.vllm_share is not None:
         out.append(T.vllm_share(w.vllm_share, device_bytes, w.vllm_mode))
         notes.append("vLLM samples within its own share (its KV cache and weights), not in this process's tensors")
+    elif trains_on_engine:
+        notes.append("rlft's vLLM engine samples within its own memory (its weights and KV cache), not in this "
+                     "process's tensors")
     elif w.sample_rows:
         seq = w.prompt + w.completion
         out.append(T.kv_cache(shape.num_layers, shape.kv_dim, w.sample_rows, seq, pr.weight_b))

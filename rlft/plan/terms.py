@@ -270,6 +270,21 @@ def vllm_share(utilization: float, device_bytes: float | None, mode: str) -> Ter
                 f"vllm_gpu_memory_utilization {utilization:g} x {device_bytes / GIB:.0f} GiB")
 
 
+def rlft_engine(device: str, utilization: float, device_bytes: float | None, kv_cache_gib: int, n_params: int,
+                weight_b: int) -> Term:
+    """rlft's own vLLM engine (sampling.backend vllm): on CUDA its gpu_memory_utilization share of the device; on a
+    CPU its own copy of the weights plus the KV cache it is given (VLLM_CPU_KVCACHE_SPACE = sampling.kv_cache_gib)."""
+    if device == "cuda":
+        if device_bytes is None:
+            return Term("vllm_engine", 0, ALWAYS, f"sampling.gpu_memory_utilization {utilization:g} x device memory "
+                                                  "(unknown: set hw.device_memory_gb)")
+        return Term("vllm_engine", utilization * device_bytes, ALWAYS,
+                    f"sampling.gpu_memory_utilization {utilization:g} x {device_bytes / GIB:.0f} GiB")
+    return Term("vllm_engine", n_params * weight_b + kv_cache_gib * GIB, ALWAYS,
+                f"its weights {_n(n_params)} params x {weight_b} B + sampling.kv_cache_gib {kv_cache_gib} GiB of KV "
+                "cache")
+
+
 def ddp_buckets(n_trainable: int, nbytes: int) -> Term:
     """DDP's reducer copies gradients into flat buckets for the all-reduce (gradient_as_bucket_view is off)."""
     return Term("ddp_buckets", n_trainable * nbytes, ALWAYS, f"{_n(n_trainable)} trainable params x {nbytes} B")

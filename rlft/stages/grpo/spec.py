@@ -499,6 +499,7 @@ def memory(cfg, world: int, data: DataLengths | None = None) -> MemoryProfile:
                                  full_copy=g.kl_penalty_mode == "loss"),
         sampler_copy=bool(g.async_.max_steps_off_policy or g.stream_minibatch.num_minibatches),
         vllm_share=util if vllm else None, vllm_mode=g.vllm_mode, episodes=bool(cfg.env.name),
+        trl_samples=not cfg.env.name,
         what=f"{g.batch_size} prompts x {g.group_size} completions sampled at once, trained in micro-batches of "
              f"{micro}",
         levers=tuple(levers))
