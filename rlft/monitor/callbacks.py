@@ -87,20 +87,21 @@ class ApplyConfigChanges(TrainerCallback):
 
 class PeriodicEval(TrainerCallback):
     """Every `every` optimizer steps (the last step excepted: eval.end measures it), fresh samples of the evaluation
-    prompts from the policy as it is, logged as one `eval_*` row of metrics.jsonl (and TensorBoard) next to the
-    training reward. `evaluate(model) -> {"reward_mean", ...}` runs on every rank (it is collective under FSDP).
+    prompts from the policy as it is, logged as one `eval_*` row of metrics.jsonl (and TensorBoard) just before the
+    step's training row, for every stage alike. `evaluation` is the lifecycle's Evaluation: its `evaluate` runs on
+    every rank (it is collective under FSDP), on `evaluation.model_now(trainer)`.
 
     The row goes straight to the log callbacks: TRL's `log` would fold its pending training metrics into it."""
 
-    def __init__(self, ctx, evaluate, every: int):
-        self.ctx, self.evaluate, self.every = ctx, evaluate, every
+    def __init__(self, ctx, evaluation):
+        self.ctx, self.evaluation, self.every = ctx, evaluation, evaluation.every
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         if not self.every or step % self.every or step >= (state.max_steps or 0) or control.should_training_stop:
             return control
         trainer = self.ctx.trainer
-        result = self.evaluate(trainer.accelerator.unwrap_model(trainer.model), step)
+        result = self.evaluation.evaluate(self.evaluation.model_now(trainer), step)
         logs = eval_row(result)
         should_log = control.should_log  # on_log clears it: the step's own training row must still be logged
         control = trainer.callback_handler.on_log(args, state, control, logs)

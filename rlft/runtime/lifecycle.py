@@ -56,6 +56,10 @@ class Evaluation:
     def start_model(self, trainer):
         return trainer.model
 
+    def model_now(self, trainer):
+        """The policy as trained so far, for a periodic evaluation between optimizer steps."""
+        return trainer.accelerator.unwrap_model(trainer.model)
+
     def end_model(self, trainer, code: int) -> tuple | None:
         """(the trained policy, its optimizer step) for eval.end after training that returned `code`, or None: no
         eval.end (a finished run's by default; a loop that decided it before may keep its own rule)."""
@@ -173,4 +177,4 @@ def _eval_start(ctx: RunContext, evaluator: Evaluation, trainer) -> None:
     if evaluator.every and hasattr(trainer, "add_callback"):
         from rlft.monitor.callbacks import PeriodicEval
 
-        trainer.add_callback(PeriodicEval(ctx, evaluator.evaluate, evaluator.every))
+        trainer.add_callback(PeriodicEval(ctx, evaluator))

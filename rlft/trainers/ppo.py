@@ -38,7 +38,6 @@ from rlft.algos import LoopState, approx_kl, behaviour_weights, default_horizon,
 from rlft.algos.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
-from rlft.monitor.metrics import eval_row
 from rlft.rollout.collector import RolloutCollector, RolloutSources
 from rlft.rollout.ppo_batch import PPOBatch, token_logps
 from rlft.rollout.processes import Processes, mean_over_processes
@@ -291,7 +290,7 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
             self.collector.stop()
 
     def _loop(self):
-        s, args, ev = self.schedule, self.args, self.evaluator
+        s, args = self.schedule, self.args
         while self.state.global_step < s.num_updates:
             # the policy as trained now (an async sampler may start on these weights)
             self.collector.begin_update(self.state.global_step, self.policy)
@@ -317,8 +316,6 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
             last = self.state.global_step == s.num_updates
             if self.state.global_step % s.log_every == 0 or self.state.global_step == 1 or last:
                 self.log(metrics)
-            if self.state.global_step % s.eval_every == 0 and not last and ev.enabled:
-                self.log(eval_row(ev.evaluate(self.policy, self.state.global_step)))
             if self.state.global_step % s.save_every == 0 or self.control.should_save:
                 self._save_checkpoint(self.model, trial=None)
                 self.control = self.callback_handler.on_save(args, self.state, self.control)

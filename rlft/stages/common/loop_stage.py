@@ -41,16 +41,20 @@ class LoopStage(Stage):
 
 
 class LoopEval(Evaluation):
-    """The loop's evaluator as the lifecycle's: no `every` (the loop logs its periodic eval itself, after the
-    update's training row), no eval line (the run's summary shows eval start -> end)."""
+    """The loop's evaluator as the lifecycle's: every `eval_interval` episodes (in updates) the lifecycle's periodic
+    evaluation samples the policy; no eval line (the run's summary shows eval start -> end)."""
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.every = trainer.schedule.eval_every
 
     def evaluate(self, model, step: int) -> dict | None:
         return self.trainer.evaluator.evaluate(model, step)
 
     def start_model(self, trainer):
+        return trainer.policy
+
+    def model_now(self, trainer):
         return trainer.policy
 
     def end_model(self, trainer, code: int) -> tuple | None:
