@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -60,6 +61,28 @@ def preference_pairs(train_rows: list[dict], n: int, seed: int) -> list[dict]:
             wrong = str(max(0, right + rng.choice([-1, 1]) * rng.randint(1, 10)))
         out.append({"prompt": row["prompt"], "chosen": str(right), "rejected": wrong})
     return out
+
+
+# "sum" pairs: chosen and rejected in one format, differing only in the sum, so an RM can tell them apart by the
+# sum alone (the "format" recipe's prose rejects teach an RM the format instead: reward hacking, docs/benchmarks.md)
+SUM_FORMATS = ("{c}", "{a} + {b} = {c}", "The answer is {c}.", "{a} + {b} = {c}. The sum of {a} and {b} is {c}.")
+_OPERANDS = re.compile(r"What is (\d+) \+ (\d+)\?")
+
+
+def sum_pairs(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """n pairs: one format per pair (SUM_FORMATS in turn), chosen with the right sum, rejected with one off by 1-10."""
+    rng = random.Random(f"sum-pairs:{seed}")
+    out = []
+    for i, row in enumerate(rows[:n]):
+        a, b = (int(x) for x in _OPERANDS.search(row["prompt"]).groups())
+        wrong = max(0, a + b + rng.choice([-1, 1]) * rng.randint(1, 10))
+        form = SUM_FORMATS[i % len(SUM_FORMATS)]
+        out.append({"prompt": row["prompt"], "chosen": form.format(a=a, b=b, c=a + b),
+                    "rejected": form.format(a=a, b=b, c=wrong)})
+    return out
+
+
+RM_PAIRS = {"format": preference_pairs, "sum": sum_pairs}
 
 
 def orpo_config(folder: Path, pairs: list[dict], args) -> Path:
@@ -119,9 +142,12 @@ rm:
     return cfg
 
 
-def grpo_rm_config(grpo_cfg: Path, rm_run: Path, seed: int) -> Path:
-    """The GRPO config with its one training reward swapped for the reward model of rm_run."""
+def grpo_rm_config(grpo_cfg: Path, rm_run: Path, seed: int, kl: float = 0.0) -> Path:
+    """The GRPO config with its one training reward swapped for the reward model of rm_run (and a KL penalty)."""
     text = grpo_cfg.read_text()
+    if kl:
+        assert "  kl_penalty_coef: 0.0\n" in text, "the GRPO config's KL line moved"
+        text = text.replace("  kl_penalty_coef: 0.0\n", f"  kl_penalty_coef: {kl}\n")
     verifier = f"  - fn: {HERE / 'realmodel' / 'addition_reward.py'}:correct\n"
     assert verifier in text, "the GRPO config's reward line moved"
     cfg = grpo_cfg.with_name(f"grpo_rm_seed{seed}.yaml")
@@ -180,6 +206,9 @@ def main() -> int:
     ap.add_argument("--orpo-lr", type=float, default=2e-4)
     ap.add_argument("--rm-steps", type=int, default=32, help=f"reward-model steps of {RM_BATCH} pairs (arm C)")
     ap.add_argument("--rm-lr", type=float, default=2e-4)
+    ap.add_argument("--rm-pairs", choices=sorted(RM_PAIRS), default="sum",
+                    help="arm C's pairs: sum = one format, only the sum differs; format = the ORPO recipe's pairs")
+    ap.add_argument("--grpo-kl", type=float, default=0.0, help="grpo.kl_penalty_coef (the learning bench's: 0)")
     ap.add_argument("--problems", type=int, default=200, help="held-out problems")
     ap.add_argument("--data-seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=3, help="GRPO prompts per step")
@@ -212,8 +241,9 @@ def main() -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         grpo_cfg = write_config(workdir, train_rows, args)
         orpo_cfg = orpo_config(workdir, preference_pairs(train_rows, 4 * args.orpo_steps, args.data_seed), args)
-        rm_cfg = rm_config(workdir, preference_pairs(train_rows, RM_BATCH * args.rm_steps, args.data_seed),
-                           preference_pairs(held, len(held), args.data_seed), args)
+        make_pairs = RM_PAIRS[args.rm_pairs]
+        rm_cfg = rm_config(workdir, make_pairs(train_rows, RM_BATCH * args.rm_steps, args.data_seed),
+                           make_pairs(held, len(held), args.data_seed), args)
         for seed in seeds:
             for arm in arms:
                 row: dict = {"seed": seed, "arm": arm, "acc_base": acc_base}
@@ -231,7 +261,7 @@ def main() -> int:
                     rm_run = workdir / f"C-seed{seed}-rm"
                     row["rm_s"] = train("rm", rm_cfg, rm_run, args.model, seed, [])
                     row["rm_acc_start"], row["rm_acc_held"] = rm_held_accuracy(rm_run)
-                    run_cfg = grpo_rm_config(grpo_cfg, rm_run, seed)
+                    run_cfg = grpo_rm_config(grpo_cfg, rm_run, seed, args.grpo_kl)
                     print(f"seed {seed} arm C: RM held-out pairwise accuracy {row['rm_acc_start']:.3f} -> "
                           f"{row['rm_acc_held']:.3f} ({row['rm_s']:.0f} s)", flush=True)
                 grpo_run = workdir / f"{arm}-seed{seed}-grpo"
@@ -248,7 +278,8 @@ def main() -> int:
 
     print(f"\ntask {args.task} {TASKS[args.task]}, {len(held)} held-out problems, greedy; GRPO {args.steps} steps x "
           f"{args.batch} prompts x {args.group} completions, lr {args.lr}; ORPO {args.orpo_steps} steps x 4 pairs, "
-          f"lr {args.orpo_lr}; RM {args.rm_steps} steps x {RM_BATCH} pairs, lr {args.rm_lr}")
+          f"lr {args.orpo_lr}; RM {args.rm_steps} steps x {RM_BATCH} {args.rm_pairs!r} pairs, lr {args.rm_lr}; "
+          f"GRPO vs RM kl_penalty_coef {args.grpo_kl}")
     ab = [r for r in results if r["arm"] != "C"]
     if ab:
         print("| seed | arm | base | after ORPO | after GRPO | GRPO train reward, first 5 -> last 5 | ORPO s | "

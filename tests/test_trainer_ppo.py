@@ -122,7 +122,7 @@ def test_a_critic_warmup_update_trains_the_value_head_alone(tmp_path):
     optimizer state empty; the next update trains both."""
     trainer = _trainer(tmp_path, "ppo.critic_warmup=1", "ppo.ent_coef=0.01")
     head = list(trainer.model.value_head.parameters())
-    policy = trainer._policy_params()
+    policy = trainer.model.policy_parameters()
     assert policy and head and not {id(q) for q in policy} & {id(q) for q in head}
     before_policy, before_head = _snapshot(policy), _snapshot(head)
     assert trainer.critic_warming_up
@@ -184,11 +184,12 @@ def test_a_separate_critic_takes_the_value_loss_and_the_policy_the_rest(tmp_path
     """ppo.value_model=separate: the value loss alone gives gradients to the critic's LoRA and the head and none to
     the policy's; the policy loss and entropy alone give gradients to the policy's LoRA and none to the critic's."""
     from rlft.algos import entropy_from_logits
+    from rlft.trainers.grad_clip import clip_each_part
 
     trainer = _trainer(tmp_path, "ppo.init_kl_coef=0", separate=True)
     model = trainer.model
     critic = model.critic_parameters()
-    policy = trainer._policy_params()
+    policy = trainer.model.policy_parameters()
     critic_lora = [q for q in model.critic.parameters() if q.requires_grad]
     assert critic_lora and policy and not {id(q) for q in policy} & {id(q) for q in critic}
     assert not {id(q) for q in model.policy.parameters()} & {id(q) for q in critic_lora}  # two copies
@@ -217,7 +218,7 @@ def test_a_separate_critic_takes_the_value_loss_and_the_policy_the_rest(tmp_path
     assert c_norm > 10 * p_norm > 0
     before = _snapshot([q.grad for q in policy if q.grad is not None])
     trainer.args.max_grad_norm = 2 * p_norm
-    total = trainer._clip_each_part()
+    total = clip_each_part(trainer.accelerator, model, trainer.args.max_grad_norm)
     assert total == pytest.approx((p_norm ** 2 + c_norm ** 2) ** 0.5, rel=1e-4)
     assert all(torch.equal(a, q.grad) for a, q in zip(before, [q for q in policy if q.grad is not None]))
     assert float(norm([q.grad for q in critic])) == pytest.approx(2 * p_norm, rel=1e-3)

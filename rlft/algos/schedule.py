@@ -25,6 +25,15 @@ class LoopSchedule:
     eval_every: int
     save_every: int
 
+    def local_sizes(self, processes: int) -> tuple[int, int]:
+        """(episodes, minibatch episodes) per process: each process takes an equal share of both."""
+        if self.batch_size % processes or self.mini_batch_size % processes:
+            from rlft.errors import RunError
+
+            raise RunError(f"the loop's batch ({self.batch_size} episodes) and minibatch ({self.mini_batch_size}) "
+                           f"must be divisible by the {processes} processes: each process takes an equal share of both")
+        return self.batch_size // processes, self.mini_batch_size // processes
+
 
 def _loop(batch_size: int, mini_batch_size: int, gradient_accumulation_steps: int, ppo_epochs: int,
           num_updates: int, log_every: int, eval_every: int, save_every: int) -> LoopSchedule:

@@ -61,6 +61,11 @@ class PolicyWithValueHead(nn.Module):
         critic = [] if self.critic is None else [q for q in self.critic.parameters() if q.requires_grad]
         return [*self.value_head.parameters(), *critic]
 
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters outside the value head and a separate critic (the policy's: LoRA's, or all)."""
+        critic = {id(q) for q in self.critic_parameters()}
+        return [q for q in self.parameters() if q.requires_grad and id(q) not in critic]
+
     def _critic_state(self) -> dict:
         """A separate critic's trained weights (its LoRA's, or all of them), by name under CRITIC_PREFIX."""
         if self.critic is None:
@@ -78,6 +83,25 @@ class PolicyWithValueHead(nn.Module):
 
     def get_output_embeddings(self):
         return self.policy.get_output_embeddings()
+
+    def save_parts(self, folder: str | Path, state: dict | None = None) -> None:
+        """The policy (its PEFT adapter, or whole) and the value head into `folder`; `state`: the whole model's, as
+        gathered from FSDP shards (by default the modules' own)."""
+        if state is None:
+            self.policy.save_pretrained(folder)
+            self.save_value_head(folder)
+            return
+        self.policy.save_pretrained(folder, state_dict={k.removeprefix("policy."): v for k, v in state.items()
+                                                        if k.startswith("policy.")})
+        self.save_value_head(folder, {k.removeprefix("value_head."): v for k, v in state.items()
+                                      if k.startswith("value_head.")})
+
+    def load_parts(self, folder: str | Path) -> None:
+        """A checkpoint's policy adapter (or full weights) and value head, into this model."""
+        from rlft.models.weights import load_weights_into
+
+        load_weights_into(self.policy, folder)
+        self.load_value_head(folder)
 
     def save_value_head(self, folder: str | Path, state: dict | None = None) -> Path:
         """The head's weights (`state`: as gathered from FSDP shards; by default the module's own)."""

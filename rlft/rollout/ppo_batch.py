@@ -1,5 +1,5 @@
 """One update's episodes as the PPO loop's learner reads them (`PPOBatch`), a minibatch of them, and a model's
-per-token log-probs over them (`token_logps`)."""
+per-token log-probs over them (`token_logps`, and the KL reference's: `reference_logps`)."""
 
 from __future__ import annotations
 
@@ -72,3 +72,15 @@ def token_logps(model, batch: PPOBatch, temperature: float, with_values: bool = 
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
     logp_BT = logp_BTV.gather(-1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
     return logp_BT, values_BT, logits_BTV, logp_BTV
+
+
+@torch.no_grad()
+def reference_logps(policy, ref_model, batch: PPOBatch, temperature: float):
+    """The KL reference's pass (token_logps without values): `ref_model`, else the adapter-disabled policy; None for
+    full fine-tuning with no reference checkpoint (no KL penalty)."""
+    if ref_model is not None:
+        return token_logps(ref_model, batch, temperature, False)
+    if hasattr(policy, "disable_adapter"):
+        with policy.disable_adapter():
+            return token_logps(policy, batch, temperature, False)
+    return None

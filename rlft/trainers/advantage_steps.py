@@ -17,9 +17,10 @@ import torch
 from torch import Tensor
 
 from rlft.algos import (
-    KL_ESTIMATORS, LossSettings, Registry, discounted_returns, entropy_from_logits, episode_return_advantages,
-    explained_variance, gae_advantages, grpo_policy_loss, group_advantages, kl_sample_train, loss_settings,
-    masked_mean, masked_moments, masked_var, ppo_loss, shape_rewards, tis_metrics, value_bias_from_returns,
+    KL_ESTIMATORS, LossSettings, Registry, behaviour_weights, discounted_returns, entropy_from_logits,
+    episode_return_advantages, explained_variance, gae_advantages, grpo_policy_loss, group_advantages,
+    kl_sample_train, loss_settings, masked_mean, masked_moments, masked_var, ppo_loss, shape_rewards, tis_metrics,
+    tis_weights, value_bias_from_returns,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,17 @@ class LearnerPass:
     weights_BT: Tensor | None = None
     ref: tuple[Tensor, Tensor] | None = None
     head_bias: float | None = None
+
+
+def sampler_weights(logp_BT: Tensor, batch, tis_cap: float | None) -> Tensor | None:
+    """pi_learner / pi_sampler per token, multiplying the advantages where the learner is not what sampled: an async
+    sampler's older weights (decoupled PPO, rlft.algos.behaviour_weights) or, with sampling.tis_cap, the sampler's
+    own numerics (truncated importance sampling, rlft.algos.tis_weights); None = neither."""
+    if batch.logp_behaviour_BT is not None:
+        return behaviour_weights(logp_BT, batch.logp_behaviour_BT, batch.mask_BT)
+    if tis_cap is not None:
+        return tis_weights(logp_BT, batch.logp_sampler_BT, batch.mask_BT, tis_cap)
+    return None
 
 
 @dataclass(frozen=True)

@@ -34,16 +34,17 @@ from torch import Tensor
 from transformers import Trainer, TrainerState
 from trl.trainer.utils import disable_dropout_in_model
 
-from rlft.algos import LoopState, approx_kl, behaviour_weights, default_horizon, masked_mean, tis_weights
+from rlft.algos import LoopState, approx_kl, default_horizon, masked_mean
 from rlft.algos.loop_algorithm import LoopAlgorithm, ppo_algorithm
 from rlft.config.stages import get_spec
 from rlft.models.value_head import PolicyWithValueHead
 from rlft.rollout.collector import RolloutCollector, RolloutSources
-from rlft.rollout.ppo_batch import PPOBatch, token_logps
+from rlft.rollout.ppo_batch import PPOBatch, reference_logps, token_logps
 from rlft.rollout.processes import Processes, mean_over_processes
-from rlft.trainers.advantage_steps import LearnerPass, Sampled, StepSettings, advantage_step
+from rlft.trainers.advantage_steps import LearnerPass, Sampled, StepSettings, advantage_step, sampler_weights
 from rlft.trainers.loop_evaluator import LoopEvaluator
-from rlft.trainers.step_rollback import StepRollback
+from rlft.trainers.grad_clip import clip_each_part
+from rlft.trainers.step_rollback import UpdateGuard
 from rlft.trainers.value_head_io import ValueHeadCheckpoints
 
 if TYPE_CHECKING:
@@ -78,14 +79,8 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         self.step_settings = StepSettings(self.algorithm, sec, getattr(getattr(cfg, "sampling", None), "tis_cap", None),
                                           Processes(self.accelerator))
         self.current_flos = 0
-        world = self.accelerator.num_processes
-        if s.batch_size % world or s.mini_batch_size % world:
-            from rlft.errors import RunError
-
-            raise RunError(f"ppo.batch_size ({s.batch_size}) and ppo.mini_batch_size ({s.mini_batch_size}) must be "
-                           f"divisible by the {world} processes: each process takes an equal share of both")
-        self.local_batch = s.batch_size // world  # episodes, and minibatches, are split over the processes
-        self.local_mini = s.mini_batch_size // world
+        # episodes, and minibatches, are split over the processes
+        self.local_batch, self.local_mini = s.local_sizes(self.accelerator.num_processes)
         self.collector = RolloutCollector(cfg, self.algorithm, train_rows, self.accelerator, processing_class,
                                           RolloutSources(self.policy, reward_suite, run, env_factory, env_guard))
         self.evaluator = LoopEvaluator(cfg, sec, self.collector, evaluation, episode_eval_rows)
@@ -128,38 +123,21 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         return batch
 
     def learner_pass(self, batch: PPOBatch, update: int) -> LearnerPass:
-        """The learner's and the reference's no-grad passes over the batch. Where an async sampler drew the batch
-        with older weights, weights_BT = pi_learner / pi_sampler per token multiplies the advantages (decoupled PPO,
-        rlft.algos.behaviour_weights); with sampling.tis_cap, truncated importance weights to the learner's sampler."""
+        """The learner's and the reference's no-grad passes over the batch, with the sampler's gap as weights."""
         logp, values, _, logp_BTV = self._forward(self.model, batch)
-        weights, cap = None, self.step_settings.tis_cap
-        if batch.logp_behaviour_BT is not None:
-            weights = behaviour_weights(logp, batch.logp_behaviour_BT, batch.mask_BT)
+        weights = sampler_weights(logp, batch, self.step_settings.tis_cap)
+        if batch.logp_behaviour_BT is not None:  # logged with the async sampler's other metrics
             mean_weight = self._mean(masked_mean(weights, batch.mask_BT))
             self.collector.async_metrics["async/behaviour_weight_mean"] = mean_weight
-        elif cap is not None:
-            weights = tis_weights(logp, batch.logp_sampler_BT, batch.mask_BT, cap)
         ref = None
         if self.estimator_step.wants_reference(self.loop_state, self.algorithm) or self.ref_model is not None:
-            out = self.reference_logps(batch)
+            out = reference_logps(self.policy, self.ref_model, batch, self.section.temperature)
             ref = (out[0], out[3]) if out is not None else None
         head_bias = None
         if update == 0:  # ppo.value_init: first_batch_mean moves it by the batch's mean return
             head = self._value_head_bias()
             head_bias = float(head.full_tensor() if hasattr(head, "full_tensor") else head)
         return LearnerPass(logp, values, logp_BTV, weights, ref, head_bias)
-
-    @torch.no_grad()
-    def reference_logps(self, batch: PPOBatch):
-        """The KL reference's pass: the reference checkpoint, else the adapter-disabled policy; None for full
-        fine-tuning with no reference checkpoint (no KL penalty)."""
-        if self.ref_model is not None:
-            return self._forward(self.ref_model, batch, with_values=False)
-        policy = self.policy
-        if hasattr(policy, "disable_adapter"):
-            with policy.disable_adapter():
-                return self._forward(policy, batch, with_values=False)
-        return None
 
     def _value_head_bias(self) -> Tensor:
         return self.accelerator.unwrap_model(self.model).value_head.bias
@@ -182,10 +160,10 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         # a critic warm-up update: the value loss still reaches the shared backbone's (LoRA) weights, so their
         # gradients are dropped before each step; a parameter without a gradient is skipped by the optimizer,
         # its weights and moment estimates untouched
-        frozen = self._policy_params() if self.critic_warming_up else []
-        stop_kl = getattr(self.section, "early_stop_kl", None)  # PPO's keys; episode GRPO's section has none
-        rollback = StepRollback.of_section(self.section, model, self.optimizer, self.lr_scheduler)
-        planned, steps, stopped = self.schedule.optimizer_steps_per_update, 0, False
+        frozen = acc.unwrap_model(model).policy_parameters() if self.critic_warming_up else []
+        guard = UpdateGuard(self.section, model, self.optimizer, self.lr_scheduler,
+                            self.schedule.optimizer_steps_per_update)
+        stopped = False
         model.train()
         for _ in range(self.section.ppo_epochs):
             order = torch.randperm(n, generator=gen).to(acc.device)
@@ -194,45 +172,29 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
                 minibatch = batch.select(idx)
                 logp, values, logits_BTV, _ = self._forward(model, minibatch)
                 loss, m = self.loss(minibatch, logp, values, logits_BTV)
-                # checked at a step's first minibatch, on every process alike (the mean is all-reduced)
-                checked = (stop_kl is not None or rollback) and k % accum == 0 and steps
-                kl = self._mean(torch.tensor(m["approx_kl"])) if checked else None
-                if rollback and rollback.pending and not rollback.check(kl):
-                    stopped = True  # rollback_kl: the last step undone, no further passes this update
-                    break
-                if stop_kl is not None and kl is not None and kl > stop_kl:
-                    stopped = True  # early_stop_kl: no further passes this update
+                if guard.checks_at(k, accum) and guard.stops(self._mean(torch.tensor(m["approx_kl"]))):
+                    stopped = True  # early_stop_kl, or rollback_kl undid the last step: no further passes
                     break
                 m["loss"] = float(loss.detach())
                 acc.backward(loss / accum)
-                last_in_step = (k + 1) % accum == 0 or k + 1 == len(minibatches)
-                if last_in_step:
+                if (k + 1) % accum == 0 or k + 1 == len(minibatches):  # the step's last minibatch
                     for param in frozen:
                         param.grad = None
-                    grad_norms.append(self._clip_each_part())
-                    if rollback:
-                        rollback.before_step()
+                    grad_norms.append(clip_each_part(acc, model, self.args.max_grad_norm))
+                    guard.before_step()
                     self.optimizer.step()
                     self.lr_scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
-                    steps += 1
+                    guard.stepped()
                 for key, v in m.items():
                     sums[key] = sums.get(key, 0.0) + v
                 count += 1
             if stopped:
                 break
-        if rollback and rollback.pending:  # the update's last step, checked on one of its minibatches
-            rollback.check(self._drift(batch.select(minibatches[0])))
+        if guard.last_step_unchecked:  # the update's last step, checked on one of its minibatches
+            guard.stops(self._drift(batch.select(minibatches[0])))
         out = {k: self._mean(torch.tensor(v / count)) for k, v in sums.items()}
-        if stop_kl is not None or rollback:
-            for _ in range(planned - steps):  # the schedule counts every planned step (num_training_steps)
-                self.lr_scheduler.step()
-        if stop_kl is not None:
-            out["early_stop"] = (planned - steps) / planned
-        if rollback:
-            out["rollback"] = float(rollback.undone)
-            # 1: every step this update took was undone, the policy is where it started (health: all_steps_undone)
-            out["frac_steps_undone"] = rollback.undone / steps if steps else 0.0
+        out.update(guard.finish())
         out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         out["learning_rate"] = self.lr_scheduler.get_last_lr()[0]
         return out
@@ -242,25 +204,6 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         """The mean approx KL (as the loss logs it) of `mb` from the policy that sampled it, all processes."""
         logp_BT = self._forward(self.model, mb)[0]
         return self._mean(approx_kl(logp_BT - mb.logp_old_BT, mb.train_mask_BT))
-
-    def _policy_params(self) -> list:
-        """The trainable parameters outside the value head and a separate critic (the policy's: LoRA's, or all of
-        them)."""
-        critic = {id(q) for q in self.accelerator.unwrap_model(self.model).critic_parameters()}
-        return [q for q in self.model.parameters() if q.requires_grad and id(q) not in critic]
-
-    def _clip_each_part(self) -> float:
-        """Clips the gradients at train.max_grad_norm; returns their norm before clipping. With a separate critic the
-        policy's and the critic's are clipped each on their own, so a large value loss cannot shrink the policy's
-        step (the reported norm is still the whole model's)."""
-        acc, limit = self.accelerator, self.args.max_grad_norm
-        unwrapped = acc.unwrap_model(self.model)
-        if unwrapped.critic is None:
-            return float(acc.clip_grad_norm_(self.model.parameters(), limit))
-        acc.unscale_gradients()  # once (fp16's scaler refuses a second unscale); FSDP is refused with a separate critic
-        policy = float(torch.nn.utils.clip_grad_norm_(self._policy_params(), limit))
-        critic = float(torch.nn.utils.clip_grad_norm_(unwrapped.critic_parameters(), limit))
-        return (policy ** 2 + critic ** 2) ** 0.5
 
     def _mean(self, x) -> float:
         return mean_over_processes(self.accelerator, x)
@@ -275,10 +218,9 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         self.state = self._fresh_state()
         if resume_from_checkpoint:
             self._load_checkpoint(resume_from_checkpoint)
-        self.state.max_steps = s.num_updates
-        self.state.logging_steps, self.state.save_steps = s.log_every, s.save_every
-        self.state.is_local_process_zero = self.is_local_process_zero()
-        self.state.is_world_process_zero = self.is_world_process_zero()
+        st = self.state  # fresh or loaded, set for this run's schedule and processes
+        st.max_steps, st.logging_steps, st.save_steps = s.num_updates, s.log_every, s.save_every
+        st.is_local_process_zero, st.is_world_process_zero = self.is_local_process_zero(), self.is_world_process_zero()
         # what the callbacks are handed (HF's Trainer.train sets these too): a resume's changed learning rate is
         # put into the checkpoint's optimizer and scheduler there (monitor/callbacks.py ApplyConfigChanges)
         handler = self.callback_handler
@@ -330,5 +272,4 @@ class RlftPPOTrainer(ValueHeadCheckpoints, Trainer):
         from transformers.trainer_callback import ExportableState
 
         exportable = [cb for cb in self.callback_handler.callbacks + [self.control] if isinstance(cb, ExportableState)]
-        return TrainerState(is_local_process_zero=self.is_local_process_zero(),
-                            is_world_process_zero=self.is_world_process_zero(), stateful_callbacks=exportable)
+        return TrainerState(stateful_callbacks=exportable)

@@ -7,6 +7,8 @@ the real-model tool bench). `early_stop_kl` stops *after* such a step; this keep
 and the optimizer's moments before each step and restores them when the next KL check finds the policy past the
 bound, then halves the learning rate for the rest of the run (TRPO's backtracking, for Adam's fixed-size steps).
 
+`UpdateGuard` holds both KL guards of one update's optimizer steps (`early_stop_kl` and this).
+
 rlft's own (neither TRL nor accelerate has one). The learning rate is halved through the scheduler's `base_lrs`
 (rlft.monitor.learning_rate), which its state_dict keeps, so a resumed run goes on at the halved rate.
 """
@@ -17,7 +19,7 @@ import torch
 
 from rlft.monitor.learning_rate import scale_learning_rate
 
-__all__ = ["StepRollback"]
+__all__ = ["StepRollback", "UpdateGuard"]
 
 
 class StepRollback:
@@ -68,3 +70,56 @@ class StepRollback:
         scale_learning_rate(self.optimizer, self.scheduler, 0.5)
         self.undone += 1
         return False
+
+
+class UpdateGuard:
+    """One update's KL guards over its `planned` optimizer steps: `early_stop_kl` ends the update's passes once the
+    policy's mean approx KL from the sampler is past it; `rollback_kl` (StepRollback) also undoes the step that took
+    it there. The KL is checked at a step's first minibatch after the update's first step, on every process alike."""
+
+    def __init__(self, section, model, optimizer, lr_scheduler, planned: int):
+        self.stop_kl = getattr(section, "early_stop_kl", None)  # PPO's keys; episode GRPO's section has none
+        self.rollback = StepRollback.of_section(section, model, optimizer, lr_scheduler)
+        self.scheduler = lr_scheduler
+        self.planned, self.steps = planned, 0
+
+    @property
+    def active(self) -> bool:
+        return self.stop_kl is not None or self.rollback is not None
+
+    def checks_at(self, minibatch: int, per_step: int) -> bool:
+        """Whether the KL is checked at this minibatch (the first of a step, once a step was taken)."""
+        return self.active and minibatch % per_step == 0 and self.steps > 0
+
+    @property
+    def last_step_unchecked(self) -> bool:
+        return self.rollback is not None and self.rollback.pending
+
+    def stops(self, kl: float) -> bool:
+        """Whether the update stops here: the last step undone (rollback_kl), or the policy past early_stop_kl."""
+        if self.last_step_unchecked and not self.rollback.check(kl):
+            return True
+        return self.stop_kl is not None and kl > self.stop_kl
+
+    def before_step(self) -> None:
+        if self.rollback is not None:
+            self.rollback.before_step()
+
+    def stepped(self) -> None:
+        self.steps += 1
+
+    def finish(self) -> dict:
+        """The update's guard metrics; the skipped steps still advance the lr schedule (it counts every planned
+        step: num_training_steps)."""
+        out: dict = {}
+        if not self.active:
+            return out
+        for _ in range(self.planned - self.steps):
+            self.scheduler.step()
+        if self.stop_kl is not None:
+            out["early_stop"] = (self.planned - self.steps) / self.planned
+        if self.rollback is not None:
+            out["rollback"] = float(self.rollback.undone)
+            # 1: every step this update took was undone, the policy is where it started (health: all_steps_undone)
+            out["frac_steps_undone"] = self.rollback.undone / self.steps if self.steps else 0.0
+        return out

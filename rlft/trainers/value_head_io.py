@@ -17,21 +17,11 @@ class ValueHeadCheckpoints:
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         output_dir = output_dir or self.args.output_dir
         self.accelerator.wait_for_everyone()
-        sharded = is_fsdp(self.accelerator)
         # FSDP: every rank takes part in gathering the weights, rank 0 gets them all (on the CPU)
-        state = self.accelerator.get_state_dict(self.model) if sharded else None
-        if not self.args.should_save:
-            return
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        if state is None:
-            unwrapped.policy.save_pretrained(output_dir)
-            unwrapped.save_value_head(output_dir)
-            return
-        policy_state = {k.removeprefix("policy."): v for k, v in state.items() if k.startswith("policy.")}
-        unwrapped.policy.save_pretrained(output_dir, state_dict=policy_state)
-        unwrapped.save_value_head(output_dir, {k.removeprefix("value_head."): v for k, v in state.items()
-                                               if k.startswith("value_head.")})
+        state = self.accelerator.get_state_dict(self.model) if is_fsdp(self.accelerator) else None
+        if self.args.should_save:
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            self.accelerator.unwrap_model(self.model).save_parts(output_dir, state)
 
     def _load_checkpoint(self, ckpt: str) -> None:
         self.load_weights_from(ckpt)
@@ -45,13 +35,9 @@ class ValueHeadCheckpoints:
 
     def load_weights_from(self, ckpt) -> None:
         """Policy adapter (or full weights) and value head of a checkpoint (resume, health rollback)."""
-        from rlft.models.weights import load_weights_into
-
         if is_fsdp(self.accelerator):  # the checkpoint's whole-model file, into the shards
             from accelerate.utils import load_fsdp_model
 
             load_fsdp_model(self.accelerator.state.fsdp_plugin, self.accelerator, self.model, str(ckpt))
             return
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        load_weights_into(unwrapped.policy, ckpt)
-        unwrapped.load_value_head(ckpt)
+        self.accelerator.unwrap_model(self.model).load_parts(ckpt)

@@ -1,7 +1,7 @@
 """The run lifecycle's parts the two stages on rlft's own PPO loop (`rlft.trainers.ppo`: PPO, and GRPO with
 `env.name`) share: the trainer made once the run folder is open (the interrupt hooks set first), and eval.start /
-eval.end through the loop's evaluator (its periodic eval stays in the loop, which logs it after the update's
-training row; the start travels in each checkpoint for --resume), eval.end when the loop ran its last update.
+the periodic eval and eval.end through the loop's evaluator (the lifecycle runs all three, as for every stage; the
+start travels in each checkpoint for --resume), eval.end when the loop ran its last update.
 Shared here so neither stage folder imports the other."""
 
 from __future__ import annotations
