@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE))
 from bench_realmodel_learning import (  # noqa: E402
     DEFAULT_MODEL, ROOT, TASKS, accuracy, load, problems, reward_trend, write_config,
 )
+from realmodel.addition_reward import is_number_only  # noqa: E402
 
 RM_BATCH = 8  # preference pairs per rm step
 ARM_NAMES = {"A": "GRPO alone", "B": "ORPO -> GRPO", "C": "RM -> GRPO vs RM"}
@@ -82,7 +83,22 @@ def sum_pairs(rows: list[dict], n: int, seed: int) -> list[dict]:
     return out
 
 
-RM_PAIRS = {"format": preference_pairs, "sum": sum_pairs}
+# "instruction" pairs: the prompt says "Answer with the number only"; chosen is the right sum alone, rejected the
+# same right sum in words the base model likes ("21 + 1 = 22"), so the one thing to learn is the instruction
+WORDY_FORMATS = SUM_FORMATS[1:] + ("Sure! {a} plus {b} makes {c}.",)
+
+
+def instruction_pairs(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """n pairs: chosen = the sum alone; rejected = the same sum in a wordy format (WORDY_FORMATS in turn)."""
+    out = []
+    for i, row in enumerate(rows[:n]):
+        a, b = (int(x) for x in _OPERANDS.search(row["prompt"]).groups())
+        out.append({"prompt": row["prompt"], "chosen": str(a + b),
+                    "rejected": WORDY_FORMATS[i % len(WORDY_FORMATS)].format(a=a, b=b, c=a + b)})
+    return out
+
+
+RM_PAIRS = {"format": preference_pairs, "sum": sum_pairs, "instruction": instruction_pairs}
 
 
 def orpo_config(folder: Path, pairs: list[dict], args) -> Path:
@@ -194,6 +210,11 @@ def measure(model_path: Path, runs: list[Path], held: list[dict]) -> tuple[float
     return acc, outs
 
 
+def compliance(outs: list[str]) -> float:
+    """The share of greedy answers that are the number alone, as the prompt asks (right or wrong)."""
+    return sum(map(is_number_only, outs)) / len(outs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="converted SmolLM2 folder")
@@ -232,7 +253,8 @@ def main() -> int:
     held, train_rows = problems(args.task, args.data_seed, args.problems)
     t0 = time.monotonic()
     acc_base, outs_base = measure(args.model, [], held)
-    print(f"base: greedy accuracy {acc_base:.3f} on {len(held)} held-out problems ({time.monotonic() - t0:.0f} s); "
+    print(f"base: number only {compliance(outs_base):.3f}, greedy accuracy {acc_base:.3f} on "
+          f"{len(held)} held-out problems ({time.monotonic() - t0:.0f} s); "
           f"e.g. {outs_base[:3]}", flush=True)
 
     results = []
@@ -246,7 +268,7 @@ def main() -> int:
                            make_pairs(held, len(held), args.data_seed), args)
         for seed in seeds:
             for arm in arms:
-                row: dict = {"seed": seed, "arm": arm, "acc_base": acc_base}
+                row: dict = {"seed": seed, "arm": arm, "acc_base": acc_base, "comply_base": compliance(outs_base)}
                 chain: list[Path] = []
                 if arm == "B":
                     orpo_run = workdir / f"B-seed{seed}-orpo"
@@ -270,9 +292,11 @@ def main() -> int:
                 chain.append(grpo_run)
                 row["train_reward_first5"], row["train_reward_last5"], row["grpo_steps"] = reward_trend(grpo_run)
                 row["acc_after_grpo"], outs = measure(args.model, chain, held)
+                row["comply_after_grpo"] = compliance(outs)
                 row["examples_after_grpo"] = outs[:5]
                 results.append(row)
-                print(f"seed {seed} arm {arm}: after GRPO {row['acc_after_grpo']:.3f} ({row['grpo_s']:.0f} s), "
+                print(f"seed {seed} arm {arm}: after GRPO {row['acc_after_grpo']:.3f}, number only "
+                      f"{row['comply_base']:.3f} -> {row['comply_after_grpo']:.3f} ({row['grpo_s']:.0f} s), "
                       f"train reward {row['train_reward_first5']:.3f} -> {row['train_reward_last5']:.3f}; "
                       f"e.g. {outs[:3]}", flush=True)
 
@@ -292,12 +316,13 @@ def main() -> int:
               f"{r.get('orpo_s', 0):.0f} | {r['grpo_s']:.0f} |")
     rlhf = [r for r in results if r["arm"] == "C"]
     if rlhf:
-        print("| seed | arm | RM held-out pairwise accuracy | base | after GRPO | GRPO train reward (RM score), "
-              "first 5 -> last 5 | RM s | GRPO s |")
+        print("| seed | arm | RM held-out pairwise accuracy | number only: base -> after GRPO | accuracy: base -> "
+              "after GRPO | GRPO train reward (RM score), first 5 -> last 5 | RM s | GRPO s |")
         print("|---|---|---|---|---|---|---|---|")
     for r in rlhf:
         print(f"| {r['seed']} | {ARM_NAMES['C']} | {r['rm_acc_start']:.3f} -> {r['rm_acc_held']:.3f} | "
-              f"{r['acc_base']:.3f} | {r['acc_after_grpo']:.3f} | {r['train_reward_first5']:.3f} -> "
+              f"{r['comply_base']:.3f} -> {r['comply_after_grpo']:.3f} | "
+              f"{r['acc_base']:.3f} -> {r['acc_after_grpo']:.3f} | {r['train_reward_first5']:.3f} -> "
               f"{r['train_reward_last5']:.3f} | {r['rm_s']:.0f} | {r['grpo_s']:.0f} |")
     for arm in arms:
         accs = [r["acc_after_grpo"] for r in results if r["arm"] == arm]

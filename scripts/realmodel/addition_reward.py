@@ -42,6 +42,22 @@ def is_correct(text: str, answer: Any) -> bool:
         return False
 
 
+_NUMBER_ONLY = re.compile(r"\s*-?\d+\.?\s*")
+
+
+def is_number_only(text: str) -> bool:
+    """Whether `text` does what the prompt asks, "Answer with the number only": one integer (a final period allowed)."""
+    return bool(_NUMBER_ONLY.fullmatch(text or ""))
+
+
+def number_only(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
+    """One float per completion: 1.0 if it is the number alone, whether right or wrong (the instruction followed)."""
+    try:
+        return [1.0 if is_number_only(completion_text(c)) else 0.0 for c in completions]
+    except Exception:
+        return []
+
+
 def correct(prompts: Any, completions: Any, answer: Any = None, **kwargs: Any) -> list[float]:
     """One float per completion: 1.0 if its first number is the answer."""
     try:
