@@ -19,7 +19,7 @@ from rlft.rewards.safe import RewardFailureError
 logger = logging.getLogger("rlft.envs")
 _POLL_S = 0.05
 
-__all__ = ["EnvFailureError", "EnvGuard", "SafeEnv", "Step", "as_messages", "reward_parts"]
+__all__ = ["EnvFailureError", "EnvGuard", "SafeEnv", "SafeEnvFactory", "Step", "as_messages", "reward_parts"]
 
 
 class EnvFailureError(RewardFailureError):
@@ -37,6 +37,10 @@ class EnvGuard:
         self.should_abort = should_abort
         self.seen = self.failed = 0
         self.last_fault: str | None = None
+
+    def stopping(self) -> bool:
+        """Whether the run is being stopped (the abort check the run set, read at each call)."""
+        return self.should_abort()
 
     def record(self, seen: int, failed: int, last_fault: str | None = None) -> None:
         self.seen += seen
@@ -180,3 +184,19 @@ class SafeEnv:
                         info=dict(info or {}))
         except (TypeError, ValueError) as exc:
             return self._fault("step", f"bad return: {exc}")
+
+
+@dataclass(frozen=True)
+class SafeEnvFactory:
+    """A fresh SafeEnv around a new `cls(**kwargs)` per call (one per episode). Its abort check is the guard's,
+    read at each call, so Ctrl-C never waits on a hung step once the run has set the guard's check."""
+    cls: type
+    kwargs: dict
+    name: str
+    timeout_s: float | None
+    failure_reward: float
+    guard: EnvGuard
+
+    def __call__(self) -> SafeEnv:
+        return SafeEnv(self.cls(**self.kwargs), self.name, timeout_s=self.timeout_s,
+                       failure_reward=self.failure_reward, should_abort=self.guard.stopping)

@@ -24,7 +24,7 @@ from rlft.runtime import outcome
 from rlft.runtime.checkpoint_files import seal_checkpoint
 from rlft.runtime.final import save_final, save_final_again
 from rlft.runtime.first_step import trl_value_error
-from rlft.runtime.interrupt import Interrupt
+from rlft.interrupt import Interrupt
 from rlft.runtime.process import set_up_process, tracker_env
 from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
 from rlft.runtime.resume import PER_CHECKPOINT, Resume

@@ -18,7 +18,7 @@ def env_setup(cfg: RlftConfig, composed: Composed):
     """(env factory, failure guard, train rows, eval rows) for multi-turn episodes; every problem is a
     RunError (exit 2) raised before the run folder exists. The factory builds one SafeEnv per call."""
     from rlft.envs import EnvResolveError, resolve_env_class
-    from rlft.envs.safe import EnvGuard, SafeEnv
+    from rlft.envs.safe import EnvGuard, SafeEnvFactory
     from rlft.rewards.registry import module_search_dir
 
     e = cfg.env
@@ -53,10 +53,7 @@ def env_setup(cfg: RlftConfig, composed: Composed):
 
     guard = EnvGuard(e.name, cfg.monitor.max_reward_failure_fraction)
 
-    def factory() -> SafeEnv:  # Ctrl-C never waits on a hung step: the guard's abort check is set by the run
-        return SafeEnv(cls(**e.kwargs), e.name, timeout_s=e.step_timeout_s, failure_reward=e.failure_reward,
-                       should_abort=lambda: guard.should_abort())
-
+    factory = SafeEnvFactory(cls, dict(e.kwargs), e.name, e.step_timeout_s, e.failure_reward, guard)
     return factory, guard, train, evals
 
 

@@ -26,9 +26,9 @@ class LoopStage(Stage):
         if evaluation is not None:
             evaluation.completions = ctx.run.eval_completions
         if suite is not None:
-            suite.abort_when(lambda: ctx.interrupt.signal is not None)
+            suite.abort_when(ctx.interrupt.requested)
         if env_guard is not None:
-            env_guard.should_abort = lambda: ctx.interrupt.signal is not None
+            env_guard.should_abort = ctx.interrupt.requested
         return RlftPPOTrainer(
             model=wrapped, args=args, processing_class=inputs.tokenizer, cfg=self.cfg, train_rows=inputs.train,
             reward_suite=suite, evaluation=evaluation, callbacks=ctx.callbacks, run=ctx.run,

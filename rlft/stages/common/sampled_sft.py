@@ -267,7 +267,7 @@ class Rounds:
         self.rounds, self.n = self.section.rounds, self.section.num_samples_per_prompt
         self.ctx, self.tokenizer, self.dataset = ctx, inputs.tokenizer, inputs.train
         self.suite, self.eval_suite = inputs.suite, inputs.eval_suite
-        self.suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        self.suite.abort_when(ctx.interrupt.requested)  # Ctrl-C never waits on a hung reward
         if self.opts.resume and ctx.run.final.is_dir():
             raise RunError(f"nothing left to do: {ctx.run.root} holds a finished run (final/)")
         self.log = SamplesLog(ctx.run.samples, self.n)

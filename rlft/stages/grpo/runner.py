@@ -119,7 +119,7 @@ class GRPOStage(Stage):
         """The trainer: synchronous, streaming or asynchronous."""
         cfg, suite = self.cfg, inputs.suite
         policy, lora, ref = model
-        suite.abort_when(lambda: ctx.interrupt.signal is not None)  # Ctrl-C never waits on a hung reward
+        suite.abort_when(ctx.interrupt.requested)  # Ctrl-C never waits on a hung reward
         trainer_class, reward_funcs = grpo_trainer_class(cfg), trl_reward_funcs(suite)
         return trainer_class(
             model=policy,

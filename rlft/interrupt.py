@@ -1,4 +1,7 @@
-"""SIGINT/SIGTERM during a run: finish the current step, checkpoint, exit; a second Ctrl-C exits at once."""
+"""SIGINT/SIGTERM during a run: finish the current step, checkpoint, exit; a second Ctrl-C exits at once.
+
+In the bottom layer (stdlib only), so the rewards' and envs' abort checks can hold `Interrupt.requested` itself:
+a hung reward or env step never keeps Ctrl-C waiting, and no call climbs back up to the run that set it."""
 
 from __future__ import annotations
 
@@ -13,6 +16,10 @@ class Interrupt:
     def __init__(self):
         self.signal: int | None = None
         self._old = {}
+
+    def requested(self) -> bool:
+        """Whether a stop was asked for (the first signal came)."""
+        return self.signal is not None
 
     def install(self):
         for sig in (signal.SIGINT, signal.SIGTERM):
