@@ -203,12 +203,11 @@ class RunContext:
         return self.callbacks
 
     def _make_callbacks(self) -> list:
-        from rlft.monitor.callbacks import (
-            ApplyConfigChanges, CheckpointMarker, InterruptCallback, ShardingCheck, StepBegins,
-        )
+        from rlft.monitor.callbacks import ApplyConfigChanges, InterruptCallback
         from rlft.monitor.console import ConsoleProgress
         from rlft.monitor.health import HealthMonitor
         from rlft.monitor.metrics import MetricsWriter
+        from rlft.runtime.run_callbacks import CheckpointMarker, ShardingCheck, StepBegins
 
         console = ConsoleProgress(self.cfg.stage)
         health = HealthMonitor(self.cfg, self.run, console)

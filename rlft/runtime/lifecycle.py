@@ -175,6 +175,6 @@ def _eval_start(ctx: RunContext, evaluator: Evaluation, trainer) -> None:
     if start is not None:
         ctx.eval["start"] = start
     if evaluator.every and hasattr(trainer, "add_callback"):
-        from rlft.monitor.callbacks import PeriodicEval
+        from rlft.runtime.run_callbacks import PeriodicEval
 
         trainer.add_callback(PeriodicEval(ctx, evaluator))

@@ -23,7 +23,7 @@ def run_key(root: Path) -> str:
 def stop_at_first_checkpoint() -> Iterator[dict[str, int]]:
     """Within the block, the first complete checkpoint of each run folder stops its run (exit 130, resumable);
     yields {run_key(run folder): the step it stopped at}."""
-    from rlft.monitor.callbacks import CheckpointMarker
+    from rlft.runtime.run_callbacks import CheckpointMarker
 
     original = CheckpointMarker.on_save
     stopped: dict[str, int] = {}
