@@ -15,7 +15,7 @@ class InterruptCallback(TrainerCallback):
         self.interrupt = interrupt
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.interrupt.signal is not None:
+        if self.interrupt.requested():
             control.should_save = True
             control.should_training_stop = True
         return control

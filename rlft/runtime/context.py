@@ -16,6 +16,7 @@ from rlft import world
 from rlft.config.compose import Composed
 from rlft.config.schema import RlftConfig
 from rlft.config.stages import get_spec
+from rlft.interrupt import Interrupt
 from rlft.rewards.run_folder import set_run_folder
 from rlft.rundir.folder import RunDir
 from rlft.rundir.options import RunOptions
@@ -24,7 +25,6 @@ from rlft.runtime import outcome
 from rlft.runtime.checkpoint_files import seal_checkpoint
 from rlft.runtime.final import save_final, save_final_again
 from rlft.runtime.first_step import trl_value_error
-from rlft.interrupt import Interrupt
 from rlft.runtime.process import set_up_process, tracker_env
 from rlft.runtime.ranks import check_ranks_in_sync, check_same_run
 from rlft.runtime.resume import PER_CHECKPOINT, Resume
@@ -127,7 +127,7 @@ class RunContext:
             raise refused from None
         finally:
             console.close()
-        if self.interrupt.signal is not None:
+        if self.interrupt.requested():
             return outcome.interrupted(trainer.state.global_step, trainer.args.output_dir, self.resume_command,
                                        say=self.rank == 0)
         check_ranks_in_sync(trainer, self.run)

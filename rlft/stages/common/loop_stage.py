@@ -54,8 +54,7 @@ class LoopEval(Evaluation):
     def start_model(self, trainer):
         return trainer.policy
 
-    def model_now(self, trainer):
-        return trainer.policy
+    model_now = start_model  # between updates as at the start: the policy being trained
 
     def end_model(self, trainer, code: int) -> tuple | None:
         # the loop's rule: after its last update, even when a Ctrl-C came during it (exit 130); never when it was

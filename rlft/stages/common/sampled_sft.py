@@ -146,7 +146,7 @@ class RoundSampler:
                 self.prompts_by_rank[j] += len(rows) // self.n
                 if ctx.rank == 0:
                     self.log.append(rows)
-            if any(gather(ctx.interrupt.signal is not None, world)):  # a signal on any rank stops them all here
+            if any(gather(ctx.interrupt.requested(), world)):  # a signal on any rank stops them all here
                 last = max(x["prompt_id"] for x in round_rows) + 1 if round_rows else done
                 self.say(f"interrupted while sampling round {r} after prompt {last} of {len(prompts)}; "
                           f"samples so far are in {self.log.path}. Resume with: {ctx.resume_command}")
