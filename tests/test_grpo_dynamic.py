@@ -8,8 +8,12 @@ import math
 import pytest
 import torch
 
+from collections import defaultdict
+from types import SimpleNamespace
+
 from rlft.trainers.grpo_dynamic import (
-    concat_outputs, keep_rows, process_major, reward_totals, sampling_metrics, take_rows,
+    GRPODynamicSampling, concat_outputs, importance_ratio, keep_rows, process_major, reward_totals, sampling_metrics,
+    take_rows,
 )
 
 PAD = 9
@@ -104,3 +108,103 @@ def test_layout_refuses_groups_split_over_processes():
     assert grpo_batch_layout(cfg("grpo.batch_size=4"), num_processes=2)["num_generations"] == 4
     assert grpo_batch_layout(cfg("grpo.batch_size=3"), num_processes=1)["num_generations"] == 4
     assert grpo_batch_layout(cfg("grpo.batch_size=3", "grpo.dynamic_sampling=false"), num_processes=2)
+
+
+def test_importance_ratio_modes_on_worked_numbers():
+    """TRL's four vLLM importance-sampling modes: learner - sampler log-probs 0, 0.5 and a masked token; a token
+    the sampler could not score (NaN) counts as ratio 1."""
+    old = torch.tensor([[0.0, -1.0, -2.0], [-1.0, -1.0, -1.0]])
+    sampled = torch.tensor([[0.0, -1.5, -1.0], [-1.0, float("nan"), -1.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    e = math.exp(0.5)
+    token = importance_ratio(old, sampled, mask, "token_truncate", None, 10.0)
+    assert torch.allclose(token, torch.tensor([[1.0, e, 1.0], [1.0, 1.0, 1.0]]))
+    capped = importance_ratio(old, sampled, mask, "token_truncate", None, 1.5)[0]
+    assert torch.allclose(capped, torch.tensor([1.0, 1.5, 1.0]))
+    masked = importance_ratio(old, sampled, mask, "token_mask", None, 1.5)[0]
+    assert torch.allclose(masked, torch.tensor([1.0, 0.0, 1.0]))
+    seq = importance_ratio(old, sampled, mask, "sequence_truncate", 0.5, 3.0)
+    assert seq.shape == (2, 1) and torch.allclose(seq, torch.tensor([[e], [1.0]]))
+    assert torch.equal(importance_ratio(old, sampled, mask, "sequence_mask", None, 1.5), torch.tensor([[0.0], [1.0]]))
+    with pytest.raises(ValueError, match="token_truncate"):
+        importance_ratio(old, sampled, mask, "tokens", None, 2.0)
+
+
+class TriesTrainer(GRPODynamicSampling):
+    """Just what the mixin reads of rlft's GRPO trainer, one process. Each try samples 2 groups of 2; try t's
+    completion tokens are t+1; its rewards are constant except the groups listed in `signal[t]`. The learner's
+    log-probs are -token/10, the sampler's 0.01 lower, the reference's -token/5: the ratio is e^0.01 per token."""
+
+    use_vllm = True
+    vllm_importance_sampling_correction = True
+    vllm_importance_sampling_mode = "token_truncate"
+    vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max = None, 3.0
+    reward_func_names, scale_rewards = ["r"], "group"
+
+    def __init__(self, signal, beta=0.04):
+        self.signal, self.beta, self.tries, self.passes = signal, beta, [], []
+        self.cfg = SimpleNamespace(grpo=SimpleNamespace(group_size=2, dynamic_sampling_max_tries=len(signal)))
+        self.accelerator = SimpleNamespace(num_processes=1, process_index=0, is_main_process=True,
+                                           gather=lambda t: t.reshape(-1) if t.dim() == 0 else t)
+        self.args = SimpleNamespace(seed=0, per_device_train_batch_size=4, gradient_checkpointing_kwargs=None)
+        self.state = SimpleNamespace(global_step=0)
+        self.model = SimpleNamespace(is_gradient_checkpointing=False)
+        self.ref_model = SimpleNamespace(is_gradient_checkpointing=False)
+        self.train_dataset = [{"prompt": f"p{i}"} for i in range(8)]
+        self._tokenizer = SimpleNamespace(pad_token_id=PAD)
+        self._metrics = {"train": defaultdict(list)}
+        self.reward_weights = torch.tensor([1.0])
+
+    def _trl_generate_and_score(self, inputs):
+        t = len(self.tries)
+        self.tries.append((self.vllm_importance_sampling_correction, self.beta))  # what TRL would see
+        token = float(t + 1)
+        cid = torch.full((4, 3), t + 1)
+        rewards = torch.zeros(4, 1)
+        for k in self.signal[t]:
+            rewards[2 * k + 1] = 1.0
+        self._rewards_per_func, self._batch_log = rewards, None
+        self._completion_lengths, self._completion_truncated = [3] * 4, [False] * 4
+        return {"prompt_ids": torch.ones(4, 2, dtype=torch.long), "prompt_mask": torch.ones(4, 2, dtype=torch.long),
+                "completion_ids": cid, "completion_mask": torch.ones(4, 3, dtype=torch.long),
+                "advantages": torch.zeros(4), "sampling_per_token_logps": torch.full((4, 3), -token / 10 - 0.01)}
+
+    def _get_per_token_logps_and_entropies(self, model, ids, attention, width, batch_size=None):
+        self.passes.append(("ref" if model is self.ref_model else "learner", ids[:, -width:].clone()))
+        return -ids[:, -width:].float() / (5 if model is self.ref_model else 10), None
+
+
+def test_learner_and_reference_passes_run_once_on_the_kept_rows():
+    """3 tries; try 2's group 0 and try 3's group 1 carry signal: TRL's importance-sampling and reference passes
+    are off inside every try (and back on after), then run once each on the 4 kept rows, whose ratio is
+    TRL's exp(learner - sampler) and whose sampling/* metrics are logged once."""
+    trainer = TriesTrainer(signal=[[], [0], [1]])
+    out = trainer._dynamic_generate_and_score([{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2)
+    assert trainer.tries == [(False, 0.0)] * 3
+    assert (trainer.vllm_importance_sampling_correction, trainer.beta) == (True, 0.04)
+    assert [who for who, _ in trainer.passes] == ["learner", "ref"]
+    kept_tokens = torch.tensor([[2] * 3] * 2 + [[3] * 3] * 2)  # try 2's group 0, then try 3's group 1
+    assert all(torch.equal(rows, kept_tokens) for _, rows in trainer.passes)
+    assert torch.allclose(out["old_per_token_logps"], -kept_tokens.float() / 10)
+    assert torch.allclose(out["ref_per_token_logps"], -kept_tokens.float() / 5)
+    assert torch.allclose(out["importance_sampling_ratio"], torch.full((4, 3), math.exp(0.01)))
+    m = trainer._metrics["train"]
+    assert m["dynamic/tries"] == [3.0] and m["dynamic/kept_groups"] == [2.0]
+    assert m["sampling/importance_sampling_ratio/mean"] == [pytest.approx(math.exp(0.01))]
+    assert m["sampling/sampling_logp_difference/max"] == [pytest.approx(0.01, abs=1e-6)]
+
+
+def test_no_pass_without_vllm_or_beta_and_the_flags_come_back_after_a_failed_try():
+    trainer = TriesTrainer(signal=[[0, 1]], beta=0.0)
+    trainer.use_vllm = False
+    out = trainer._dynamic_generate_and_score([{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2)
+    assert trainer.passes == [] and "old_per_token_logps" not in out and "importance_sampling_ratio" not in out
+    failing = TriesTrainer(signal=[[]])
+
+    def boom(inputs):
+        raise RuntimeError("engine died")
+
+    failing._trl_generate_and_score = boom
+    with pytest.raises(RuntimeError, match="engine died"):
+        failing._dynamic_generate_and_score([{"prompt": "a"}] * 4)
+    assert (failing.vllm_importance_sampling_correction, failing.beta) == (True, 0.04)

@@ -113,6 +113,25 @@ def test_engine_samples_the_trained_policy(full_ft):
 
 @pytest.mark.vllm
 @pytest.mark.e2e
+def test_dynamic_sampling_scores_the_kept_rows_once(heads2, tmp_path):
+    """DAPO's dynamic sampling with vLLM, full fine-tuning, a KL penalty in the loss (TRL's reference pass): the
+    learner's and the reference's passes run once on the rows kept from several tries (rlft/trainers/grpo_dynamic.py),
+    and the importance-sampling ratio on them stays within 1e-3 of 1, as on one sampling."""
+    out = tmp_path / "dynamic"
+    res = _train(out, heads2, "lora.enabled=false", "train.learning_rate=1e-3", "train.max_steps=2",
+                 "data.eval_prompts=0", "grpo.dynamic_sampling=true", "grpo.dynamic_sampling_max_tries=3",
+                 "grpo.kl_penalty_coef=0.05", "grpo.kl_penalty_mode=loss")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _rows(out)
+    _assert_exact_sync(rows, 2)
+    assert all(1 <= r["dynamic/tries"] <= 3 for r in rows), [r["dynamic/tries"] for r in rows]
+    assert any(r["dynamic/tries"] > 1 for r in rows)  # several tries' rows were scored together
+    # TRL's KL term read the reference's log-probs of the kept rows (0 at step 1: the policy is the reference)
+    assert rows[0]["kl_policy_ref"] == 0 and rows[-1]["kl_policy_ref"] > 0
+
+
+@pytest.mark.vllm
+@pytest.mark.e2e
 def test_the_demo_learns_with_vllm_sampling(heads2, tmp_path):
     """configs/examples/grpo_demo.yaml as it is (60 steps, LoRA), vLLM sampling: the thresholds of
     test_e2e_grpo.py::test_demo_learns (scripts/bench_demos.py's grpo claims)."""
