@@ -12,9 +12,9 @@ from collections import defaultdict
 from types import SimpleNamespace
 
 from rlft.trainers.grpo_dynamic import (
-    GRPODynamicSampling, concat_outputs, importance_ratio, keep_rows, process_major, reward_totals, sampling_metrics,
-    take_rows,
+    GRPODynamicSampling, concat_outputs, keep_rows, process_major, reward_totals, sampling_metrics, take_rows,
 )
+from rlft.trainers.grpo_importance import GRPOImportanceFromLoss, importance_ratio
 
 PAD = 9
 
@@ -130,25 +130,28 @@ def test_importance_ratio_modes_on_worked_numbers():
         importance_ratio(old, sampled, mask, "tokens", None, 2.0)
 
 
-class TriesTrainer(GRPODynamicSampling):
-    """Just what the mixin reads of rlft's GRPO trainer, one process. Each try samples 2 groups of 2; try t's
-    completion tokens are t+1; its rewards are constant except the groups listed in `signal[t]`. The learner's
-    log-probs are -token/10, the sampler's 0.01 lower, the reference's -token/5: the ratio is e^0.01 per token."""
+class TriesTrainer(GRPODynamicSampling, GRPOImportanceFromLoss):
+    """Just what the mixins read of rlft's GRPO trainer, one process, vLLM sampling. Each try samples 2 groups of
+    2; try t's completion tokens are t+1; its rewards are constant except the groups listed in `signal[t]`. The
+    learner's log-probs are -token/10, the sampler's 0.01 lower, the reference's -token/5: the ratio is e^0.01 per
+    token. `steps_per_generation` 2 (with one accumulation step) puts an optimizer step between sampling and
+    training: TRL then keeps the learner's log-probs of every try, as this fake does."""
 
     use_vllm = True
     vllm_importance_sampling_correction = True
     vllm_importance_sampling_mode = "token_truncate"
     vllm_importance_sampling_clip_min, vllm_importance_sampling_clip_max = None, 3.0
-    reward_func_names, scale_rewards = ["r"], "group"
+    reward_func_names, scale_rewards, num_iterations = ["r"], "group", 1
 
-    def __init__(self, signal, beta=0.04):
+    def __init__(self, signal, beta=0.04, steps_per_generation=1):
         self.signal, self.beta, self.tries, self.passes = signal, beta, [], []
         self.cfg = SimpleNamespace(grpo=SimpleNamespace(group_size=2, dynamic_sampling_max_tries=len(signal)))
         self.accelerator = SimpleNamespace(num_processes=1, process_index=0, is_main_process=True,
                                            gather=lambda t: t.reshape(-1) if t.dim() == 0 else t)
-        self.args = SimpleNamespace(seed=0, per_device_train_batch_size=4, gradient_checkpointing_kwargs=None)
+        self.args = SimpleNamespace(seed=0, per_device_train_batch_size=4, gradient_checkpointing_kwargs=None,
+                                    steps_per_generation=steps_per_generation, gradient_accumulation_steps=1)
         self.state = SimpleNamespace(global_step=0)
-        self.model = SimpleNamespace(is_gradient_checkpointing=False)
+        self.model = SimpleNamespace(is_gradient_checkpointing=False, training=True)
         self.ref_model = SimpleNamespace(is_gradient_checkpointing=False)
         self.train_dataset = [{"prompt": f"p{i}"} for i in range(8)]
         self._tokenizer = SimpleNamespace(pad_token_id=PAD)
@@ -165,40 +168,65 @@ class TriesTrainer(GRPODynamicSampling):
             rewards[2 * k + 1] = 1.0
         self._rewards_per_func, self._batch_log = rewards, None
         self._completion_lengths, self._completion_truncated = [3] * 4, [False] * 4
-        return {"prompt_ids": torch.ones(4, 2, dtype=torch.long), "prompt_mask": torch.ones(4, 2, dtype=torch.long),
-                "completion_ids": cid, "completion_mask": torch.ones(4, 3, dtype=torch.long),
-                "advantages": torch.zeros(4), "sampling_per_token_logps": torch.full((4, 3), -token / 10 - 0.01)}
+        out = {"prompt_ids": torch.ones(4, 2, dtype=torch.long), "prompt_mask": torch.ones(4, 2, dtype=torch.long),
+               "completion_ids": cid, "completion_mask": torch.ones(4, 3, dtype=torch.long),
+               "advantages": torch.zeros(4), "sampling_per_token_logps": torch.full((4, 3), -token / 10 - 0.01)}
+        if not self._loss_pass_is_sampling_weights():
+            out["old_per_token_logps"] = -cid.float() / 10
+        return out
 
     def _get_per_token_logps_and_entropies(self, model, ids, attention, width, batch_size=None):
         self.passes.append(("ref" if model is self.ref_model else "learner", ids[:, -width:].clone()))
         return -ids[:, -width:].float() / (5 if model is self.ref_model else 10), None
 
 
-def test_learner_and_reference_passes_run_once_on_the_kept_rows():
-    """3 tries; try 2's group 0 and try 3's group 1 carry signal: TRL's importance-sampling and reference passes
-    are off inside every try (and back on after), then run once each on the 4 kept rows, whose ratio is
-    TRL's exp(learner - sampler) and whose sampling/* metrics are logged once."""
-    trainer = TriesTrainer(signal=[[], [0], [1]])
-    out = trainer._dynamic_generate_and_score([{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2)
-    assert trainer.tries == [(False, 0.0)] * 3
-    assert (trainer.vllm_importance_sampling_correction, trainer.beta) == (True, 0.04)
-    assert [who for who, _ in trainer.passes] == ["learner", "ref"]
-    kept_tokens = torch.tensor([[2] * 3] * 2 + [[3] * 3] * 2)  # try 2's group 0, then try 3's group 1
-    assert all(torch.equal(rows, kept_tokens) for _, rows in trainer.passes)
-    assert torch.allclose(out["old_per_token_logps"], -kept_tokens.float() / 10)
-    assert torch.allclose(out["ref_per_token_logps"], -kept_tokens.float() / 5)
+KEPT_TOKENS = torch.tensor([[2] * 3] * 2 + [[3] * 3] * 2)  # signal=[[], [0], [1]]: try 2's group 0, try 3's group 1
+
+
+def _sampled(trainer):
+    return trainer._dynamic_generate_and_score([{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2)
+
+
+def _assert_ratio_logged_once(trainer, out):
     assert torch.allclose(out["importance_sampling_ratio"], torch.full((4, 3), math.exp(0.01)))
     m = trainer._metrics["train"]
-    assert m["dynamic/tries"] == [3.0] and m["dynamic/kept_groups"] == [2.0]
     assert m["sampling/importance_sampling_ratio/mean"] == [pytest.approx(math.exp(0.01))]
     assert m["sampling/sampling_logp_difference/max"] == [pytest.approx(0.01, abs=1e-6)]
+
+
+def test_reference_pass_runs_once_on_the_kept_rows_and_the_ratio_comes_from_the_loss_pass():
+    """3 tries; try 2's group 0 and try 3's group 1 carry signal: TRL's importance-sampling and reference passes
+    are off inside every try (and back on after); the reference runs once on the 4 kept rows; no learner pass runs
+    before the loss, whose own log-probs give TRL's ratio exp(learner - sampler), logged once."""
+    trainer = TriesTrainer(signal=[[], [0], [1]])
+    out = _sampled(trainer)
+    assert trainer.tries == [(False, 0.0)] * 3
+    assert (trainer.vllm_importance_sampling_correction, trainer.beta) == (True, 0.04)
+    assert [who for who, _ in trainer.passes] == ["ref"] and torch.equal(trainer.passes[0][1], KEPT_TOKENS)
+    assert torch.allclose(out["ref_per_token_logps"], -KEPT_TOKENS.float() / 5)
+    assert "old_per_token_logps" not in out and "importance_sampling_ratio" not in out
+    assert trainer._metrics["train"]["dynamic/tries"] == [3.0]
+    trainer._ratio_from_loss_pass(out, -KEPT_TOKENS.float() / 10)  # what the loss's forward pass hands over
+    _assert_ratio_logged_once(trainer, out)
+    trainer._ratio_from_loss_pass(out, -KEPT_TOKENS.float() / 10)  # a batch that has its ratio keeps it
+    assert len(trainer._metrics["train"]["sampling/importance_sampling_ratio/mean"]) == 1
+
+
+def test_with_a_step_between_sampling_and_training_the_ratio_uses_the_log_probs_trl_kept():
+    trainer = TriesTrainer(signal=[[], [0], [1]], beta=0.0, steps_per_generation=2)
+    out = _sampled(trainer)
+    assert trainer.passes == [] and not trainer._ratio_from_loss()
+    assert torch.allclose(out["old_per_token_logps"], -KEPT_TOKENS.float() / 10)
+    _assert_ratio_logged_once(trainer, out)
 
 
 def test_no_pass_without_vllm_or_beta_and_the_flags_come_back_after_a_failed_try():
     trainer = TriesTrainer(signal=[[0, 1]], beta=0.0)
     trainer.use_vllm = False
-    out = trainer._dynamic_generate_and_score([{"prompt": "a"}] * 2 + [{"prompt": "b"}] * 2)
+    out = _sampled(trainer)
     assert trainer.passes == [] and "old_per_token_logps" not in out and "importance_sampling_ratio" not in out
+    trainer._ratio_from_loss_pass(out, -KEPT_TOKENS.float() / 10)
+    assert "importance_sampling_ratio" not in out  # generate sampled: the learner is the sampler
     failing = TriesTrainer(signal=[[]])
 
     def boom(inputs):
@@ -208,3 +236,15 @@ def test_no_pass_without_vllm_or_beta_and_the_flags_come_back_after_a_failed_try
     with pytest.raises(RuntimeError, match="engine died"):
         failing._dynamic_generate_and_score([{"prompt": "a"}] * 4)
     assert (failing.vllm_importance_sampling_correction, failing.beta) == (True, 0.04)
+
+
+def test_trl_skips_its_ratio_pass_only_where_the_loss_pass_sees_the_sampling_weights():
+    aligned, stepped = TriesTrainer(signal=[[]]), TriesTrainer(signal=[[]], steps_per_generation=2)
+    with aligned._ratio_pass_skipped():
+        assert aligned.vllm_importance_sampling_correction is False
+    with stepped._ratio_pass_skipped():
+        assert stepped.vllm_importance_sampling_correction is True
+    aligned.model.training = False  # evaluation: TRL's own pass, as before
+    with aligned._ratio_pass_skipped():
+        assert aligned.vllm_importance_sampling_correction is True
+    assert aligned.vllm_importance_sampling_correction and stepped.vllm_importance_sampling_correction

@@ -27,6 +27,7 @@ from rlft.algos import (
 from rlft.data.messages import as_text
 from rlft.errors import RunError
 from rlft.trainers.grpo_dynamic import GRPODynamicSampling, reward_totals
+from rlft.trainers.grpo_importance import GRPOImportanceFromLoss
 from rlft.trainers.grpo_rewards import NOT_REWARD_COLUMNS, GRPORewards
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ TOKEN_METRICS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean",
                  "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio", "kl_sample_train_v1",
                  "kl_sample_train_v2")
 
-class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
+class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOImportanceFromLoss, GRPOTrainer):
     """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go
     to (None: no completions.jsonl, reward_logs.jsonl or reward hot reload)."""
 
@@ -231,8 +232,10 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
         return True
 
     def _trl_generate_and_score(self, inputs) -> dict:
-        """TRL's own sampling, scoring and batching (a subclass may hand it completions sampled elsewhere)."""
-        return super()._generate_and_score_completions(inputs)
+        """TRL's own sampling, scoring and batching (a subclass may hand it completions sampled elsewhere); with
+        vLLM, its importance-sampling ratio comes from the loss's pass where it can (grpo_importance.py)."""
+        with self._ratio_pass_skipped():
+            return super()._generate_and_score_completions(inputs)
 
     # --- sampler vs learner KL (tinker's kl_sample_train_v1/v2) ------------------------------
     def _compute_loss(self, model, inputs):
@@ -283,6 +286,8 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOTrainer):
             self._train_logps = result[0].detach()
             self._capture_train_logps = False
             inputs = self._current_inputs
+            if inputs is not None:
+                self._ratio_from_loss_pass(inputs, self._train_logps)
             if inputs is not None and "rlft_ref_logps" in inputs:
                 self._fold_kl_into_advantages(inputs, self._train_logps)
         return result

@@ -12,10 +12,11 @@ left-padded, completions right-padded to the widest try, the gathered rewards an
 the same process-major order TRL's gather gives, and TRL's sampling metrics recomputed on the kept batch.
 rlft's hook (rlft.trainers.grpo) then computes advantages, KL and logs on that batch as on any other.
 
-The learner's passes that only describe rows (the log-probs TRL takes for its vLLM importance-sampling
-correction, and the reference model's when beta != 0) run once, on the kept rows, after the last try: TRL would
-run them inside every try, on rows most of which a step with few signal groups drops (measured on SmolLM2 with 4
-tries, 11.3 s of a 40.9 s step). The weights do not change between tries, so the numbers are the same.
+The passes that only describe rows run once, on the kept rows, after the last try, not inside every try on rows
+a step with few signal groups mostly drops (measured on SmolLM2 with 4 tries: 11.3 s of a 40.9 s step): the
+reference model's log-probs when beta != 0, and TRL's vLLM importance-sampling ratio (from the loss's own pass,
+rlft.trainers.grpo_importance, or from the log-probs TRL keeps per try when an optimizer step falls between
+sampling and training). The weights do not change between tries, so the numbers are the same.
 
 Pure tensor helpers first (tests/test_grpo_dynamic.py works them on hand-made tensors), then the mixin.
 """
@@ -26,11 +27,10 @@ import logging
 import statistics
 
 import contextlib
-import math
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanmax, nanmin, nanstd, use_adapter
+from trl.trainer.utils import nanstd, use_adapter
 
 from rlft.algos import constant_group_mask, pick_groups
 
@@ -41,8 +41,8 @@ RIGHT_PADDED = {"completion_ids": "pad", "completion_mask": 0, "tool_mask": 1, "
                 "advantages": 0.0}
 RECOMPUTED = ("num_items_in_batch",)  # gathered over processes: computed again on the kept rows
 
-__all__ = ["GRPODynamicSampling", "concat_outputs", "importance_ratio", "keep_rows", "process_major",
-           "reward_totals", "sampling_metrics", "take_rows"]
+__all__ = ["GRPODynamicSampling", "concat_outputs", "keep_rows", "process_major", "reward_totals",
+           "sampling_metrics", "take_rows"]
 
 
 def reward_totals(rewards_NF: torch.Tensor, weights_F: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,24 +144,6 @@ def sampling_metrics(lengths_N: torch.Tensor, truncated_N: torch.Tensor, rewards
     return m
 
 
-def importance_ratio(old_BT: torch.Tensor, sampling_BT: torch.Tensor, mask_BT: torch.Tensor, mode: str,
-                     clip_min: float | None, clip_max: float | None) -> torch.Tensor:
-    """TRL's vLLM importance-sampling ratio pi_learner / pi_vLLM (its `vllm_importance_sampling_mode`s and clips,
-    written inline in TRL's `_generate_and_score_completions`, so there is no function of TRL's to call): per token
-    (B, T) for the token_* modes, per completion (B, 1) for sequence_*; *_truncate clamps into [clip_min, clip_max],
-    *_mask zeroes what falls outside. A token vLLM could not score (NaN) counts as ratio 1."""
-    diff_BT = torch.nan_to_num((old_BT - sampling_BT) * mask_BT, nan=0.0)
-    ratio = torch.exp(diff_BT.sum(dim=-1, keepdim=True) if mode.startswith("sequence") else diff_BT)
-    if mode in ("sequence_truncate", "token_truncate"):
-        return torch.clamp(ratio, min=clip_min, max=clip_max)
-    if mode in ("sequence_mask", "token_mask"):
-        low = clip_min if clip_min is not None else -math.inf
-        high = clip_max if clip_max is not None else math.inf
-        return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
-    raise ValueError(f"unknown vllm_importance_sampling_mode {mode!r}: token_truncate, token_mask, "
-                     "sequence_truncate or sequence_mask")
-
-
 class GRPODynamicSampling:
     """Mixed into rlft's GRPOTrainer (rlft.trainers.grpo): `_dynamic_generate_and_score` replaces one call of
     `_trl_generate_and_score` on a training step when grpo.dynamic_sampling is on."""
@@ -261,20 +243,15 @@ class GRPODynamicSampling:
             self.vllm_importance_sampling_correction, self.beta = saved
 
     def _kept_row_passes(self, out: dict, loss_mask: torch.Tensor) -> None:
-        """The passes `_row_passes_deferred` held back, once, on the kept rows, as TRL runs them: the learner's
-        log-probs and TRL's importance-sampling ratio and sampling/* metrics where vLLM sampled, the reference's
-        log-probs where beta != 0."""
-        correct = self.use_vllm and self.vllm_importance_sampling_correction
-        if not correct and self.beta == 0.0:
-            return
-        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-        width, batch = out["completion_ids"].size(1), self.args.per_device_train_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if correct and "old_per_token_logps" not in out:  # TRL keeps its own where steps and generations differ
-                out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attention, width, batch_size=batch)[0]
-            if self.beta != 0.0:
+        """What `_row_passes_deferred` held back, once, on the kept rows: the reference's log-probs where
+        beta != 0 (as TRL takes them), and TRL's importance-sampling ratio where vLLM sampled, from the log-probs
+        TRL kept in every try where an optimizer step falls between sampling and training (else the loss's own
+        pass gives it: rlft.trainers.grpo_importance)."""
+        if self.beta != 0.0:
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            width, batch = out["completion_ids"].size(1), self.args.per_device_train_batch_size
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 if self.ref_model is not None:
                     out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
                         self.ref_model, ids, attention, width, batch_size=batch)[0]
@@ -283,26 +260,5 @@ class GRPODynamicSampling:
                     with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                         out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
                             self.model, ids, attention, width, batch_size=batch)[0]
-        if correct:
-            self._importance_correction(out, loss_mask)
-
-    def _importance_correction(self, out: dict, loss_mask: torch.Tensor) -> None:
-        """TRL's importance-sampling ratio on the kept rows, and its sampling/* metrics, gathered as TRL does."""
-        old, sampled = out["old_per_token_logps"], out["sampling_per_token_logps"]
-        mode = self.vllm_importance_sampling_mode
-        ratio = importance_ratio(old, sampled, loss_mask, mode, self.vllm_importance_sampling_clip_min,
-                                 self.vllm_importance_sampling_clip_max)
-        out["importance_sampling_ratio"] = ratio
-        mask = loss_mask.bool()
-        delta = torch.abs(old - sampled)
-        delta = delta[mask & ~torch.isnan(delta)]
-        zero = torch.tensor(0.0, device=old.device)
-        flat = ratio.flatten() if mode.startswith("sequence") else ratio[mask]
-        gather, m = self.accelerator.gather, self._metrics["train"]
-        m["sampling/sampling_logp_difference/mean"].append(
-            gather(delta.mean() if delta.numel() else zero).mean().item())
-        m["sampling/sampling_logp_difference/max"].append(gather(delta.max() if delta.numel() else zero).max().item())
-        m["sampling/importance_sampling_ratio/min"].append(nanmin(gather(flat.min() if flat.numel() else zero)).item())
-        m["sampling/importance_sampling_ratio/mean"].append(
-            gather(flat.mean() if flat.numel() else zero).nanmean().item())
-        m["sampling/importance_sampling_ratio/max"].append(nanmax(gather(flat.max() if flat.numel() else zero)).item())
+        if self.use_vllm and self.vllm_importance_sampling_correction and not self._ratio_from_loss():
+            self._importance_correction(out, out["old_per_token_logps"], loss_mask)
