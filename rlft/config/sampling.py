@@ -21,8 +21,10 @@ class SamplingConfig:
                            "that follows an update). Single-turn GRPO's training samples follow "
                            "grpo.generation_backend (TRL's own vLLM path); this key moves its evaluations.",
                      choices=list(BACKENDS))
-    vllm_dtype: str = F("auto", "vLLM's weights dtype; `auto` = the policy's own (a different one makes the sampler "
-                                "disagree with the learner: watch kl_sample_train_v2).",
+    vllm_dtype: str = F("auto", "vLLM's weights dtype, for rlft's engine and (on a CPU) TRL's single-turn GRPO "
+                                "engine; `auto` = the policy's own. `bfloat16` beside an fp32 policy samples faster; "
+                                "the sampler then disagrees with the learner (kl_sample_train_v2, sampling/*), which "
+                                "TIS (sampling.tis_cap; TRL's importance weights on GRPO) corrects.",
                         choices=["auto", "float32", "bfloat16", "float16"])
     enforce_eager: bool = F(True, "vLLM without CUDA graphs / torch.compile: starts in seconds (compiling costs about "
                                   "two minutes a start on CPU for a 2-3x faster sampler at most).")

@@ -52,7 +52,9 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOImportanceFromLoss, 
         if cpu_engine:  # TRL 1.16 starts the engine for CUDA's vLLM; on its CPU build it needs other settings
             from rlft.trainers.vllm_colocate import cpu_engine_start
 
-            with cpu_engine_start(getattr(kwargs.get("model"), "dtype", "auto"), cfg.trl):
+            dtype = cfg.sampling.vllm_dtype  # auto: the policy's (a bf16 engine beside an fp32 learner: TRL's IS)
+            dtype = getattr(kwargs.get("model"), "dtype", "auto") if dtype == "auto" else dtype
+            with cpu_engine_start(dtype, cfg.trl, enforce_eager=cfg.sampling.enforce_eager):
                 super().__init__(*args, **kwargs)
         else:
             super().__init__(*args, **kwargs)

@@ -13,8 +13,10 @@
    about 1.5 with full fine-tuning). Its `process_weights_after_loading` is called again after every push.
 3. **dtype and start-up.** TRL passes no `dtype` to `LLM(...)`, and vLLM's `auto` turns an fp32 checkpoint into
    bf16 on a CPU: against an fp32 learner the importance-sampling ratio then spreads 0.71-1.28. The engine takes
-   the policy's dtype. It also runs eager (`enforce_eager=True`): vLLM's CPU compile cache fails to reload, so a
-   compiled engine spends 75-120 s compiling at every start for 3-25% more sampling speed.
+   the policy's dtype unless `sampling.vllm_dtype` names one (bf16 sampling beside fp32 training, the mismatch
+   measured by TRL's sampling/* metrics and corrected by its importance weights). It runs eager unless
+   `sampling.enforce_eager` is false: vLLM's CPU compile cache fails to reload, so a compiled engine spends 75-120 s
+   compiling at every start for 3-25% more sampling speed.
 
 Besides: vLLM sizes its CPU KV cache from `VLLM_CPU_KVCACHE_SPACE` (GiB) when set, else as the fraction
 `vllm_gpu_memory_utilization` of the machine's RAM (TRL's default 0.3). rlft sets the variable to
@@ -56,9 +58,10 @@ def kv_cache_setting(environ: dict, trl_options: dict) -> str | None:
 
 
 @contextlib.contextmanager
-def cpu_engine_start(dtype, trl_options: dict) -> Iterator[None]:
-    """Around the trainer's construction (where TRL starts the engine): `LLM(...)` with the policy's dtype, eager,
-    the KV cache sized, and torch.set_num_threads kept; TRL's module is as it was afterwards."""
+def cpu_engine_start(dtype, trl_options: dict, enforce_eager: bool = True) -> Iterator[None]:
+    """Around the trainer's construction (where TRL starts the engine): `LLM(...)` with this dtype (a torch dtype
+    or its name), eager unless told otherwise, the KV cache sized, and torch.set_num_threads kept; TRL's module is
+    as it was afterwards."""
     import torch
     import trl.generation.vllm_generation as vg
 
@@ -69,7 +72,7 @@ def cpu_engine_start(dtype, trl_options: dict) -> Iterator[None]:
     name = str(dtype).removeprefix("torch.")
 
     def start(*args, **kwargs):
-        kwargs.update(dtype=name, enforce_eager=True)
+        kwargs.update(dtype=name, enforce_eager=enforce_eager)
         try:
             return llm(*args, **kwargs)
         finally:
