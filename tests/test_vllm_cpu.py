@@ -150,10 +150,14 @@ def test_a_bf16_engine_beside_an_fp32_learner(heads2, tmp_path):
 
 @pytest.mark.vllm
 @pytest.mark.e2e
-def test_the_demo_learns_with_vllm_sampling(heads2, tmp_path):
+@pytest.mark.parametrize("engine", ["policy", "bf16"])
+def test_the_demo_learns_with_vllm_sampling(heads2, tmp_path, engine):
     """configs/examples/grpo_demo.yaml as it is (60 steps, LoRA), vLLM sampling: the thresholds of
-    test_e2e_grpo.py::test_demo_learns (scripts/bench_demos.py's grpo claims)."""
-    res = _train(tmp_path / "demo", heads2)
+    test_e2e_grpo.py::test_demo_learns (scripts/bench_demos.py's grpo claims). `bf16`: a bf16 engine beside the fp32
+    learner, its mismatch corrected by TRL's importance weights, learns as well (this seed and 1-3, default and avx2
+    kernels: first 10 steps at most 0.057, last 10 at least 0.986, eval.end at least 0.985, weights 0.75-1.28)."""
+    extra = ["sampling.vllm_dtype=bfloat16"] if engine == "bf16" else []
+    res = _train(tmp_path / "demo", heads2, *extra)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = _rows(tmp_path / "demo")
     first10 = sum(r["reward"] for r in rows[:10]) / 10
@@ -162,7 +166,11 @@ def test_the_demo_learns_with_vllm_sampling(heads2, tmp_path):
 
     end = json.loads((tmp_path / "demo" / "summary.json").read_text())["eval"]["end"]["reward_mean"]
     assert first10 < 0.1 and last10 > 0.8 and end > 0.9, (first10, last10, end)
-    assert all(abs(r[k] - 1) < 1e-3 for r in rows for k in IS_KEYS)
+    if engine == "policy":
+        assert all(abs(r[k] - 1) < 1e-3 for r in rows for k in IS_KEYS)
+    else:  # measured, not hidden: the weights move off 1, and stay within what the cap leaves in
+        assert max(abs(r[k] - 1) for r in rows for k in IS_KEYS) > 1e-3
+        assert all(0.5 < r[k] < 2 for r in rows for k in IS_KEYS)
 
 
 @pytest.mark.vllm
