@@ -26,9 +26,10 @@ def tiny_path():
     return str(ensure_tiny_model(num_heads=2))
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_path):
-    """(policy with a LoRA adapter, tokenizer, its vLLM sampler): one engine for the module."""
+@pytest.fixture(scope="module", params=["merged", "adapter"])
+def engine(tiny_path, request):
+    """(policy with a LoRA adapter, tokenizer, its vLLM sampler): one engine per `sampling.lora_sync` mode, the
+    adapter merged into pushed weights or sent as a vLLM LoRA request."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -37,7 +38,7 @@ def engine(tiny_path):
     tok = AutoTokenizer.from_pretrained(tiny_path)
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear"))
-    return model, tok, make_sampler(SamplerSettings(backend="vllm", max_model_len=256), tok)
+    return model, tok, make_sampler(SamplerSettings(backend="vllm", max_model_len=256, lora_sync=request.param), tok)
 
 
 PARAMS = dict(temperature=0.7, max_new_tokens=16)
@@ -96,6 +97,9 @@ def test_engine_logprobs_equal_the_learners_and_move_with_it(engine):
     r1 = _draw(sampler, model, seed=2)
     assert _gap(model, r1) < TOL
     assert sampler.engine.pushes == pushes + 1  # pushed once for the update, never for unchanged weights
+    adapter = sampler.settings.lora_sync == "adapter"
+    assert (sampler.engine.lora is not None) == adapter  # the adapter as a LoRA request, or merged: no request
+    assert sampler.engine.base_of == (id(model) if adapter else None)  # the base went once, with the first push
 
 
 def test_without_the_push_the_engine_samples_stale_weights(engine, monkeypatch):
@@ -160,12 +164,15 @@ def test_rlft_eval_and_generate_with_vllm(ppo_run, tmp_path):
 
 
 @pytest.mark.e2e
-def test_ppo_with_vllm_resumes_in_sync(tmp_path, tiny_path):
-    """A resumed run's new engine samples the checkpoint's weights, not the base model's."""
+@pytest.mark.parametrize("lora_sync", ["merged", "adapter"])
+def test_ppo_with_vllm_resumes_in_sync(tmp_path, tiny_path, lora_sync):
+    """A resumed run's new engine samples the checkpoint's weights, not the base model's, whether the adapter
+    reaches it merged or as a LoRA request."""
     out = tmp_path / "ppo"
     args = ["train", "--stage", "ppo", "--hw", "cpu", "-c", PPO_DEMO, f"train.output_dir={out}",
             f"model.name_or_path={tiny_path}", "ppo.num_episodes=64", "ppo.save_interval=16",
-            "ppo.eval_interval=100000", "data.eval_prompts=0", "sampling.backend=vllm"]
+            "ppo.eval_interval=100000", "data.eval_prompts=0", "sampling.backend=vllm",
+            f"sampling.lora_sync={lora_sync}"]
     interrupt_after_checkpoint(out, 2, *args)
     res = run_cli(*args, "--resume")
     assert res.returncode == 0, res.stderr[-3000:]

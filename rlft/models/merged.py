@@ -32,10 +32,10 @@ def _plain_name(name: str) -> str | None:
 
 
 @torch.no_grad()
-def merged_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def merged_weights(model: nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every parameter of the policy's transformers model, adapters merged (detached; a merged
-    weight is a new tensor, any other the parameter itself)."""
-    base, lora = _base_and_lora(model)
+    weight is a new tensor, any other the parameter itself); merge=False: the base weights, adapters left out."""
+    base, lora = _base_and_lora(model) if merge else (_base_and_lora(model)[0], {})
     for name, param in base.named_parameters():
         plain = _plain_name(name)
         if plain is None:

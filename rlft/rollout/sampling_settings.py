@@ -21,6 +21,7 @@ class SamplerSettings:
     kv_cache_gib: int = 1
     gpu_memory_utilization: float = 0.3
     seed: int = 0                         # the engine's own seed (each seeded request carries its own)
+    lora_sync: str = "auto"               # merged | adapter | auto (adapter on CUDA, merged on CPU)
 
     @classmethod
     def from_config(cls, cfg: Any) -> SamplerSettings:
@@ -29,4 +30,4 @@ class SamplerSettings:
             return cls()
         return cls(backend=s.backend, vllm_dtype=s.vllm_dtype, enforce_eager=s.enforce_eager,
                    max_model_len=s.max_model_len or cfg.train.max_seq_length, kv_cache_gib=s.kv_cache_gib,
-                   gpu_memory_utilization=s.gpu_memory_utilization, seed=cfg.train.seed)
+                   gpu_memory_utilization=s.gpu_memory_utilization, seed=cfg.train.seed, lora_sync=s.lora_sync)
