@@ -76,13 +76,16 @@ def test_single_turn_dynamic_sampling_refills_constant_groups(tmp_path, processe
 
 def test_single_turn_out_of_tries_trains_on_what_it_has(tmp_path):
     """One try: a step short of groups with signal trains a full batch anyway, constant groups filling the rest,
-    and says so once."""
+    and says so once. With a KL penalty in the loss: the reference's log-probs (the LoRA policy with its adapter
+    off) are taken once, on the kept rows, after the tries (rlft/trainers/grpo_dynamic.py), and TRL's KL reads them."""
     out = tmp_path / "run"
     res = run_cli("train", "--stage", "grpo", "--hw", "cpu", "-c", coin_config(tmp_path, 1),
-                  f"train.output_dir={out}", "train.max_steps=4")
+                  f"train.output_dir={out}", "train.max_steps=4", "grpo.kl_penalty_coef=0.1",
+                  "grpo.kl_penalty_mode=loss")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = read_jsonl(out / "metrics.jsonl")
     assert all(r["dynamic/tries"] == 1 for r in rows) and len(rows) == 4
+    assert rows[0]["kl_policy_ref"] == 0 and rows[-1]["kl_policy_ref"] > 0  # the adapter moved off the base
     assert any(r["dynamic/kept_groups"] < 4 for r in rows), rows
     assert all(len(v) == 16 for v in _trained_groups(out).values())
     said = [line for line in (res.stdout + res.stderr).splitlines() if "dynamic sampling:" in line]

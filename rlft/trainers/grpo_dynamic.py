@@ -23,10 +23,9 @@ Pure tensor helpers first (tests/test_grpo_dynamic.py works them on hand-made te
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
-
-import contextlib
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
