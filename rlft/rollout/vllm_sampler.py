@@ -194,8 +194,9 @@ def _start_engine(model, settings: SamplerSettings) -> _Engine:
     except Exception as exc:  # noqa: BLE001 - vLLM's own reason, as one line: an unsupported model or setting
         folder.cleanup()
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        instead = "sampling.lora_sync merged (no vLLM LoRA) or " if lora_rank is not None else ""
         raise RunError(f"sampling.backend vllm: vLLM could not start an engine for this model ({reason}); use "
-                       f"sampling.backend hf") from exc
+                       f"{instead}sampling.backend hf") from exc
     return _Engine(llm=llm, key=_engine_key(model, settings), folder=folder, max_model_len=max_len,
                    lora_rank=lora_rank)
 
