@@ -48,3 +48,28 @@ def test_a_policy_without_an_adapter_or_with_more_training_is_merged(base):
     model = _peft(base)
     model.base_model.model.model.norm.weight.requires_grad_(True)
     assert "trains besides the adapter" in lora_request_problem(model)
+
+
+def test_the_engine_gets_lora_support_before_the_adapter_exists(base):
+    """RS-SFT and AWR sample the plain policy before their first round adds the adapter: with `adapter` sync the
+    engine starts with the rank the config's adapter will need (lora.r rounded up to a rank vLLM serves), so round
+    2 does not start a second engine; `auto` on a CPU merges, and an adapter vLLM cannot serve gets no LoRA."""
+    from types import SimpleNamespace
+
+    from rlft.rollout.sampling_settings import SamplerSettings
+    from rlft.rollout.vllm_sampler import _engine_lora_rank
+
+    cfg = SimpleNamespace(sampling=SimpleNamespace(backend="vllm", vllm_dtype="auto", enforce_eager=True,
+                                                   max_model_len=None, kv_cache_gib=1, gpu_memory_utilization=0.3,
+                                                   lora_sync="adapter"),
+                          train=SimpleNamespace(max_seq_length=256, seed=0),
+                          lora=SimpleNamespace(enabled=True, r=12, bias="none"))
+    settings = SamplerSettings.from_config(cfg)
+    assert settings.lora_rank == 12
+    assert _engine_lora_rank(base, settings) == 16  # the plain policy of round 1
+    assert _engine_lora_rank(_peft(base, r=12), settings) == 16  # round 2's: the same engine
+    assert _engine_lora_rank(_peft(base, use_dora=True), settings) is None
+    cfg.lora.bias = "all"
+    assert SamplerSettings.from_config(cfg).lora_rank is None
+    cfg.sampling.lora_sync = "auto"
+    assert _engine_lora_rank(_peft(base), SamplerSettings.from_config(cfg)) is None  # CPU: merged

@@ -261,7 +261,9 @@ CONDITIONAL: dict[str, Doc] = {
                                                "outside its caps becomes 0; `token_truncate` clips per token)",
                                                RATIO),
     "sampling/importance_sampling_ratio/mean": ("grpo with `generation_backend: vllm`: mean of those importance "
-                                                "weights (1 = the engine samples the learner's policy)", RATIO),
+                                                "weights (1 = the engine samples the learner's policy; like the "
+                                                "min and max, per micro-batch and averaged over the step's where "
+                                                "the loss's pass computes them)", RATIO),
     "sampling/importance_sampling_ratio/max": ("grpo with `generation_backend: vllm`: largest of those importance "
                                                "weights", RATIO),
     "tis/weight_mean": ("`sampling.tis_cap` (PPO loop): mean truncated importance weight min(π_learner / "

@@ -22,6 +22,7 @@ class SamplerSettings:
     gpu_memory_utilization: float = 0.3
     seed: int = 0                         # the engine's own seed (each seeded request carries its own)
     lora_sync: str = "auto"               # merged | adapter | auto (adapter on CUDA, merged on CPU)
+    lora_rank: int | None = None          # the adapter the run trains (lora.r), when vLLM's LoRA can serve it
 
     @classmethod
     def from_config(cls, cfg: Any) -> SamplerSettings:
@@ -30,4 +31,13 @@ class SamplerSettings:
             return cls()
         return cls(backend=s.backend, vllm_dtype=s.vllm_dtype, enforce_eager=s.enforce_eager,
                    max_model_len=s.max_model_len or cfg.train.max_seq_length, kv_cache_gib=s.kv_cache_gib,
-                   gpu_memory_utilization=s.gpu_memory_utilization, seed=cfg.train.seed, lora_sync=s.lora_sync)
+                   gpu_memory_utilization=s.gpu_memory_utilization, seed=cfg.train.seed, lora_sync=s.lora_sync,
+                   lora_rank=_servable_rank(cfg))
+
+
+def _servable_rank(cfg: Any) -> int | None:
+    """lora.r when the run trains a LoRA adapter that vLLM's LoRA serves (rlft configures no DoRA; no bias)."""
+    lora = getattr(cfg, "lora", None)
+    if lora is None or not lora.enabled or getattr(lora, "bias", "none") != "none":
+        return None
+    return lora.r

@@ -116,7 +116,11 @@ def _engine_lora_rank(model, settings: SamplerSettings) -> int | None:
     mode = settings.lora_sync
     if mode == "auto":
         mode = "adapter" if next(model.parameters()).device.type == "cuda" else "merged"
-    rank = servable_lora_rank(model) if mode == "adapter" else None
+    if mode != "adapter":
+        return None
+    # a policy whose adapter comes later (RS-SFT/AWR sample the plain policy before their first round trains it)
+    # starts the engine the adapter will need: no second engine at round 2
+    rank = servable_lora_rank(model) if getattr(model, "peft_config", None) else settings.lora_rank
     return None if rank is None else min(r for r in VLLM_LORA_RANKS if r >= rank)
 
 
@@ -256,7 +260,8 @@ def _save_adapter(engine: _Engine, model):
     n = engine.pushes + 1
     path = os.path.join(engine.folder.name, f"adapter-{n}")
     name = model.active_adapter
-    model.save_pretrained(path, selected_adapters=[name])
+    # save_embedding_layers "auto" would look the base model up on the Hub at every push: the base goes by push
+    model.save_pretrained(path, selected_adapters=[name], save_embedding_layers=False)
     if engine.adapter_dir is not None:
         shutil.rmtree(engine.adapter_dir, ignore_errors=True)
     engine.adapter_dir = path

@@ -27,7 +27,7 @@ from rlft.algos import (
 from rlft.data.messages import as_text
 from rlft.errors import RunError
 from rlft.trainers.grpo_dynamic import GRPODynamicSampling, reward_totals
-from rlft.trainers.grpo_importance import GRPOImportanceFromLoss
+from rlft.trainers.grpo_importance import IS_METRICS, GRPOImportanceFromLoss
 from rlft.trainers.grpo_rewards import NOT_REWARD_COLUMNS, GRPORewards
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ __all__ = ["NOT_REWARD_COLUMNS", "RlftGRPOTrainer", "check_whole_groups"]
 # metrics TRL's loss (and rlft's around it) average over the loss's tokens: undefined when there are none
 TOKEN_METRICS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                  "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio", "kl_sample_train_v1",
-                 "kl_sample_train_v2")
+                 "kl_sample_train_v2", *IS_METRICS)
 
 class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOImportanceFromLoss, GRPOTrainer):
     """TRL's trainer with rlft's hooks acting on `cfg.grpo` (and `cfg.monitor`); `run`: the run folder its logs go

@@ -20,7 +20,13 @@ import math
 import torch
 from trl.trainer.utils import nanmax, nanmin
 
-__all__ = ["GRPOImportanceFromLoss", "importance_ratio"]
+__all__ = ["GRPOImportanceFromLoss", "IS_METRICS", "importance_ratio"]
+
+# TRL's names; from the loss's pass they are per micro-batch, so one without tokens is dropped with the other
+# token metrics (rlft.trainers.grpo.TOKEN_METRICS)
+IS_METRICS = ("sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+              "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
+              "sampling/importance_sampling_ratio/max")
 
 
 def importance_ratio(old_BT: torch.Tensor, sampling_BT: torch.Tensor, mask_BT: torch.Tensor, mode: str,
