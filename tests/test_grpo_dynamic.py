@@ -175,6 +175,11 @@ class TriesTrainer(GRPODynamicSampling, GRPOImportanceFromLoss):
             out["old_per_token_logps"] = -cid.float() / 10
         return out
 
+    def _logps(self, model, out, use_ref):  # rlft's GRPOTrainer's: the reference model here
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        return self._get_per_token_logps_and_entropies(self.ref_model if use_ref else model, ids, None,
+                                                       out["completion_ids"].size(1))[0]
+
     def _get_per_token_logps_and_entropies(self, model, ids, attention, width, batch_size=None):
         self.passes.append(("ref" if model is self.ref_model else "learner", ids[:, -width:].clone()))
         return -ids[:, -width:].float() / (5 if model is self.ref_model else 10), None

@@ -35,7 +35,8 @@ def _plain_name(name: str) -> str | None:
 def merged_weights(model: nn.Module, merge: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for every parameter of the policy's transformers model, adapters merged (detached; a merged
     weight is a new tensor, any other the parameter itself); merge=False: the base weights, adapters left out."""
-    base, lora = _base_and_lora(model) if merge else (_base_and_lora(model)[0], {})
+    base, lora = _base_and_lora(model)
+    lora = lora if merge else {}
     for name, param in base.named_parameters():
         plain = _plain_name(name)
         if plain is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict, use_adapter
@@ -52,9 +53,7 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOImportanceFromLoss, 
         if cpu_engine:  # TRL 1.16 starts the engine for CUDA's vLLM; on its CPU build it needs other settings
             from rlft.trainers.vllm_colocate import cpu_engine_start
 
-            dtype = cfg.sampling.vllm_dtype  # auto: the policy's (a bf16 engine beside an fp32 learner: TRL's IS)
-            dtype = getattr(kwargs.get("model"), "dtype", "auto") if dtype == "auto" else dtype
-            with cpu_engine_start(dtype, cfg.trl, enforce_eager=cfg.sampling.enforce_eager):
+            with cpu_engine_start(kwargs.get("model"), cfg):
                 super().__init__(*args, **kwargs)
         else:
             super().__init__(*args, **kwargs)
@@ -117,17 +116,21 @@ class RlftGRPOTrainer(GRPORewards, GRPODynamicSampling, GRPOImportanceFromLoss, 
     # --- reference log-probs -----------------------------------------------------------------
     @torch.no_grad()
     def _logps(self, model, out: dict, use_ref: bool) -> torch.Tensor:
+        """Per-token log-probs of `out`'s completions, without gradient: `model`'s, or with use_ref the reference's
+        as TRL takes it (model.ref or TRL's reference copy; else the LoRA policy with its adapter off, or with the
+        "ref" adapter TRL adds when it re-trains one)."""
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
         mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
         keep = out["completion_ids"].size(1)
         bs = self.args.per_device_train_batch_size
-        if not use_ref:
-            return self._get_per_token_logps_and_entropies(model, ids, mask, keep, batch_size=bs)[0]
-        if self._rlft_ref is not None:
-            return self._get_per_token_logps_and_entropies(self._rlft_ref, ids, mask, keep, batch_size=bs)[0]
-        unwrapped = self.accelerator.unwrap_model(self.model)
-        with use_adapter(unwrapped, adapter_name=None):  # LoRA: the base model is the adapter-disabled policy
-            return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=bs)[0]
+        ref = self._rlft_ref if self._rlft_ref is not None else self.ref_model
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if not use_ref or ref is not None:
+                return self._get_per_token_logps_and_entropies(ref if use_ref else model, ids, mask, keep,
+                                                               batch_size=bs)[0]
+            unwrapped = self.accelerator.unwrap_model(self.model)
+            with use_adapter(unwrapped, adapter_name="ref" if "ref" in getattr(unwrapped, "peft_config", {}) else None):
+                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep, batch_size=bs)[0]
 
     # --- the hook ----------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):

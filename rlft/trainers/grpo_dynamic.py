@@ -28,8 +28,7 @@ import logging
 import statistics
 
 import torch
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd, use_adapter
+from trl.trainer.utils import nanstd
 
 from rlft.algos import constant_group_mask, pick_groups
 
@@ -247,17 +246,6 @@ class GRPODynamicSampling:
         TRL kept in every try where an optimizer step falls between sampling and training (else the loss's own
         pass gives it: rlft.trainers.grpo_importance)."""
         if self.beta != 0.0:
-            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            width, batch = out["completion_ids"].size(1), self.args.per_device_train_batch_size
-            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-                if self.ref_model is not None:
-                    out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                        self.ref_model, ids, attention, width, batch_size=batch)[0]
-                else:  # a PEFT adapter: the base (or the "ref" adapter a re-trained adapter starts from), as TRL does
-                    model = self.accelerator.unwrap_model(self.model)
-                    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                        out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                            self.model, ids, attention, width, batch_size=batch)[0]
+            out["ref_per_token_logps"] = self._logps(self.model, out, use_ref=True)
         if self.use_vllm and self.vllm_importance_sampling_correction and not self._ratio_from_loss():
             self._importance_correction(out, out["old_per_token_logps"], loss_mask)

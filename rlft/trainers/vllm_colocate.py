@@ -58,14 +58,16 @@ def kv_cache_setting(environ: dict, trl_options: dict) -> str | None:
 
 
 @contextlib.contextmanager
-def cpu_engine_start(dtype, trl_options: dict, enforce_eager: bool = True) -> Iterator[None]:
-    """Around the trainer's construction (where TRL starts the engine): `LLM(...)` with this dtype (a torch dtype
-    or its name), eager unless told otherwise, the KV cache sized, and torch.set_num_threads kept; TRL's module is
-    as it was afterwards."""
+def cpu_engine_start(model, cfg) -> Iterator[None]:
+    """Around the trainer's construction (where TRL starts the engine): `LLM(...)` in `sampling.vllm_dtype` (auto:
+    the policy's dtype), eager unless `sampling.enforce_eager` is false, the KV cache sized, and
+    torch.set_num_threads kept; TRL's module is as it was afterwards."""
     import torch
     import trl.generation.vllm_generation as vg
 
-    value = kv_cache_setting(os.environ, trl_options)
+    dtype = cfg.sampling.vllm_dtype if cfg.sampling.vllm_dtype != "auto" else getattr(model, "dtype", "auto")
+    enforce_eager = cfg.sampling.enforce_eager
+    value = kv_cache_setting(os.environ, cfg.trl)
     if value is not None:
         os.environ[KV_CACHE_ENV] = value
     llm, set_num_threads = vg.LLM, torch.set_num_threads
